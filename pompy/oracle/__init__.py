@@ -1,0 +1,9 @@
+"""The Fortran oracle: pom2k in Fortran (reference_fortran/), built by f2py.
+
+``Oracle().call("advq(q2b,q2,uf,a,c)", state, params)`` runs one routine on
+a state dict; ``pompy.oracle.build`` compiles and caches the extension.
+"""
+from pompy.oracle.adapter import Oracle, parse_call
+from pompy.oracle.build import OracleBuildError, build, load
+
+__all__ = ["Oracle", "OracleBuildError", "build", "load", "parse_call"]

@@ -1,0 +1,141 @@
+"""Map a model state (a dict of pom2k-named arrays) onto oracle calls.
+
+Every oracle subroutine takes explicit arguments named as in pom2k. A call
+is written as pom2k's main program writes it, e.g. ``advq(q2b,q2,uf,a,c)``:
+the actual arguments are bound to the routine's pom2k dummy arguments
+(``qb,q,qf,xflux,yflux``); every other argument is looked up by name in the
+state, then in the parameters. The state is copied, never modified; the
+result holds every array the routine may have written, under state names.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pompy.oracle.build import load
+
+# pom2k's dummy arguments, for the routines that take any (the rest of each
+# oracle routine's arguments are pom2k common-block names).
+POM2K_DUMMIES = {
+    "advct": ("xflux", "yflux", "curv"),
+    "advave": ("curv2d",),
+    "advq": ("qb", "q", "qf", "xflux", "yflux"),
+    "advt1": ("fb", "f", "fclim", "ff", "xflux", "yflux"),
+    "advt2": ("fb", "f", "fclim", "ff", "xflux", "yflux", "nitera", "sw"),
+    "bcond": ("idx",),
+    "dens": ("si", "ti", "rhoo"),
+    "profq": ("a", "c", "dh", "dtef"),  # pom2k: sm, sh, dh, cc (aliases)
+    "proft": ("f", "wfsurf", "fsurf", "nbc", "dh"),
+    "vertvl": ("xflux", "yflux"),
+}
+
+# The calls as pom2k's main program makes them, used when only a name is given.
+POM2K_CALLS = {
+    "advct": "advct(a,c,ee)",
+    "advave": "advave(tps)",
+    "vertvl": "vertvl(a,c)",
+    "profq": "profq(a,c,tps,dtef)",
+    "dens": "dens(s,t,rho)",
+}
+
+_CALL = re.compile(r"^\s*(?:call\s+)?(\w+)\s*(?:\((.*)\))?\s*$")
+_DIMS = {"im", "jm", "kb"}
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    args: tuple[str, ...]        # required arguments in order
+    inout: frozenset[str]        # arrays the routine may write
+    outputs: tuple[str, ...]     # scalars returned (intent(out))
+
+
+def _parse_doc(name: str, doc: str) -> Signature:
+    head = doc.strip().splitlines()[0]
+    outputs: tuple[str, ...] = ()
+    if "=" in head:
+        lhs, head = head.split("=", 1)
+        outputs = tuple(x.strip() for x in lhs.split(","))
+    inner = head[head.index("(") + 1:head.rindex(")")]
+    required = inner.split("[")[0]
+    args = tuple(a.strip() for a in required.split(",") if a.strip())
+    inout = frozenset(m.group(1) for m in re.finditer(r"^(\w+) : in/output", doc, re.M))
+    return Signature(name, args, inout, outputs)
+
+
+def parse_call(call: str) -> tuple[str, list[str]]:
+    """``'call advq(q2b,q2,uf,a,c)'`` -> ``('advq', ['q2b','q2','uf','a','c'])``."""
+    m = _CALL.match(call)
+    if not m:
+        raise ValueError(f"cannot parse oracle call {call!r}")
+    name, actuals = m.group(1), m.group(2)
+    return name, [a.strip() for a in actuals.split(",")] if actuals else []
+
+
+class Oracle:
+    """The compiled Fortran oracle, called with pom2k-named state dicts."""
+
+    def __init__(self, module=None):
+        self.module = module if module is not None else load()
+        self._sigs: dict[str, Signature] = {}
+
+    def signature(self, name: str) -> Signature:
+        if name not in self._sigs:
+            fn = getattr(self.module, name, None)
+            if fn is None:
+                raise AttributeError(f"the oracle has no routine {name!r}")
+            self._sigs[name] = _parse_doc(name, fn.__doc__)
+        return self._sigs[name]
+
+    def bind(self, call: str) -> tuple[str, dict[str, str]]:
+        """Routine name and {dummy argument: actual name or literal}."""
+        name, actuals = parse_call(POM2K_CALLS.get(call.strip(), call))
+        dummies = POM2K_DUMMIES.get(name, ())
+        if actuals and len(actuals) != len(dummies):
+            raise ValueError(f"{name} takes {len(dummies)} pom2k arguments "
+                             f"{dummies}, got {actuals}")
+        return name, dict(zip(dummies, actuals))
+
+    def call(self, call: str, state: Mapping, params: Mapping | None = None) -> dict:
+        """Run one routine on a copy of ``state``; return what it wrote.
+
+        The result maps state names to the arrays after the call (every
+        array the routine may write) and scalar outputs to their values.
+        """
+        params = params or {}
+        name, binding = self.bind(call)
+        sig = self.signature(name)
+        kwargs, written = {}, {}
+        for arg in sig.args:
+            source = binding.get(arg, arg)
+            if source in state:
+                value = state[source]
+                if arg in sig.inout:
+                    value = np.array(value, dtype=np.float64, order="F", copy=True)
+                    written[source] = value
+            elif source in params:
+                value = params[source]
+            elif _is_number(source):
+                value = float(source) if "." in source or "e" in source.lower() else int(source)
+            else:
+                raise KeyError(f"oracle {name}: no value for argument {arg!r}"
+                               + (f" (bound to {source!r})" if source != arg else "")
+                               + " in the state or the parameters")
+            kwargs[arg] = value
+        result = getattr(self.module, name)(**kwargs)
+        if sig.outputs:
+            values = result if isinstance(result, tuple) else (result,)
+            written.update(zip(sig.outputs, (v.item() if hasattr(v, "item") else v
+                                             for v in values)))
+        return written
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
