@@ -1,0 +1,5 @@
+import sys
+
+from pompy.cli import main
+
+sys.exit(main())

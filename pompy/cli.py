@@ -1,0 +1,103 @@
+"""The ``pompy`` command: setup, run, config."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from pompy.config import DERIVED, Config, ConfigError, load_config
+
+GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except ConfigError as err:
+        print(f"pompy: {err}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pompy", description="PyTorch port of the Princeton Ocean Model (pom2k).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    setup_cmd = commands.add_parser("setup", help="install gfortran if missing and build the Fortran oracle")
+    setup_cmd.set_defaults(handler=setup)
+
+    run_cmd = commands.add_parser("run", help="run a case")
+    add_config_arguments(run_cmd)
+    run_cmd.add_argument("--core", choices=sorted(CORES), default="oracle",
+                         help="which model runs it (default: oracle)")
+    run_cmd.add_argument("--output", type=Path, help="output folder (default: output/<config name>)")
+    run_cmd.add_argument("--steps", type=positive_int, help="internal steps to run (default: the config's iend)")
+    run_cmd.set_defaults(handler=run)
+
+    config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
+    add_config_arguments(config_cmd)
+    config_cmd.set_defaults(handler=show_config)
+    return parser
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", type=Path, metavar="CONFIG.nml", help="Fortran namelist with pom2k parameter names")
+    parser.add_argument("--set", action="append", metavar="NAME=VALUE",
+                        help="override one parameter, value as in a namelist (repeatable)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def setup(args: argparse.Namespace) -> int:
+    """Install gfortran if it is missing (as root; otherwise say how), then build the oracle."""
+    if shutil.which("gfortran") is None:
+        if os.geteuid() != 0:
+            print("pompy setup: gfortran is not installed. Install it with:", file=sys.stderr)
+            print(GFORTRAN_INSTALL)
+            return 2
+        env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "gfortran"]):
+            if subprocess.run(command, env=env).returncode != 0:
+                print(f"pompy setup: {' '.join(command)} failed", file=sys.stderr)
+                return 1
+    from pompy.oracle import build
+
+    build.build(verbose=True)
+    return 0
+
+
+def run_oracle(config: Config, output_dir: Path, steps: int | None) -> None:
+    from pompy.oracle.run import run_case
+
+    run_case(config, output_dir, steps)
+
+
+CORES = {"oracle": run_oracle}  # --core NAME -> runner(config, output_dir, steps)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.set)
+    CORES[args.core](config, args.output or Path("output") / args.config.stem, args.steps)
+    return 0
+
+
+def show_config(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.set)
+    rows = [(f.name, getattr(config, f.name), f.metadata["doc"]) for f in fields(config)]
+    rows += [(name, getattr(config, name), "derived: " + getattr(Config, name).__doc__) for name in DERIVED]
+    for name, value, doc in rows:
+        print(f"{name:<9} = {value!r:<12} ! {doc}")
+    return 0
