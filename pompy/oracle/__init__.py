@@ -4,6 +4,7 @@
 a state dict; ``pompy.oracle.build`` compiles and caches the extension.
 """
 from pompy.oracle.adapter import Oracle, parse_call
-from pompy.oracle.build import OracleBuildError, build, load
+from pompy.oracle.build import OracleBuildError, load
 
-__all__ = ["Oracle", "OracleBuildError", "build", "load", "parse_call"]
+# pompy.oracle.build is the build module (build.build() compiles).
+__all__ = ["Oracle", "OracleBuildError", "load", "parse_call"]

@@ -1,0 +1,79 @@
+"""The oracle build: cached by source hash, rebuilt on change, clear errors;
+and the adapter that maps state dicts onto oracle calls."""
+import shutil
+
+import numpy as np
+import pytest
+
+from pompy.oracle import build as oracle_build
+from pompy.oracle.adapter import parse_call
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """Build module pointed at a private copy of the sources and cache."""
+    src = tmp_path / "reference_fortran"
+    shutil.copytree(oracle_build.SOURCE_DIR, src)
+    monkeypatch.setattr(oracle_build, "SOURCE_DIR", src)
+    monkeypatch.setattr(oracle_build, "CACHE_DIR", tmp_path / "cache")
+    return src
+
+
+def test_hash_follows_every_source(sandbox):
+    before = oracle_build.source_hash()
+    assert oracle_build.source_hash() == before
+    target = sandbox / "density.f90"
+    target.write_text(target.read_text() + "\n! edited\n")
+    assert oracle_build.source_hash() != before
+
+
+def test_changed_source_is_rebuilt_and_cached(sandbox):
+    first = oracle_build.build()
+    assert oracle_build.build() == first          # cached: same file, no rebuild
+    stamp = first.stat().st_mtime_ns
+    target = sandbox / "grid.f90"
+    target.write_text(target.read_text() + "\n! edited\n")
+    second = oracle_build.build()
+    assert second != first and second.exists()
+    assert not first.exists(), "stale builds are removed"
+    assert oracle_build.build() == second and second.stat().st_mtime_ns >= stamp
+
+
+def test_missing_compiler_says_what_to_install(sandbox, monkeypatch):
+    monkeypatch.setenv("FC", "/nonexistent/gfortran")
+    with pytest.raises(oracle_build.OracleBuildError, match="apt-get install -y gfortran"):
+        oracle_build.build()
+
+
+def test_parse_call():
+    assert parse_call("call advq(q2b,q2,uf,a,c)") == ("advq", ["q2b", "q2", "uf", "a", "c"])
+    assert parse_call("baropg") == ("baropg", [])
+    with pytest.raises(ValueError, match="cannot parse"):
+        parse_call("advq(q2b")
+
+
+def test_adapter_binds_pom2k_actuals_and_copies(oracle):
+    im, jm, kb = 5, 4, 3
+    rng = np.random.default_rng(0)
+    state = {name: rng.random((im, jm, kb)) for name in ("t", "s", "rho")}
+    state.update(zz=np.array([-0.25, -0.75, -1.25]), h=rng.random((im, jm)) * 100 + 10,
+                 fsm=np.ones((im, jm)))
+    params = {"grav": 9.806, "rhoref": 1025.0, "tbias": 0.0, "sbias": 0.0}
+    rho_before = state["rho"].copy()
+    out = oracle.call("dens(s,t,rho)", state, params)
+    assert set(out) == {"rho"}
+    np.testing.assert_array_equal(state["rho"], rho_before)   # input untouched
+    swapped = oracle.call("dens(t,s,rho)", state, params)      # actuals are bound
+    assert not np.array_equal(out["rho"], swapped["rho"])
+    np.testing.assert_array_equal(out["rho"][:, :, -1], rho_before[:, :, -1])  # k=kb kept
+
+
+def test_adapter_errors_name_the_argument(oracle):
+    with pytest.raises(ValueError, match=r"advq takes 5 pom2k arguments"):
+        oracle.call("advq(q2b,q2)", {}, {})
+    grid = {"zz": np.zeros(3), "h": np.ones((4, 4)), "fsm": np.ones((4, 4))}
+    params = {"grav": 9.806, "rhoref": 1025.0, "tbias": 0.0, "sbias": 0.0}
+    with pytest.raises(KeyError, match="'si' \\(bound to 's'\\)"):
+        oracle.call("dens(s,t,rho)", grid, params)
+    with pytest.raises(AttributeError, match="no routine 'nosuch'"):
+        oracle.signature("nosuch")
