@@ -1,0 +1,86 @@
+"""Stencil operators on (i, j, k) tensors, indexed like the Fortran.
+
+Tensors are indexed ``a[i-1, j-1, k-1]`` for pom2k's ``a(i,j,k)``. Every
+operator is shape-preserving and edge-blind: where a neighbour falls
+outside the array the edge slab is repeated, so the edge result is a
+placeholder that routines never keep; a routine chooses the index ranges
+it writes with :func:`inside`, in pom2k's inclusive 1-based bounds. No
+operator wraps around (no ``torch.roll``) and none divides by a metric.
+
+    shift(a, X, +1)[i] = a[i+1]        shift(a, X, -1)[i] = a[i-1]
+    axf(a) = .5*(a[i+1] + a[i])        axb(a) = .5*(a[i] + a[i-1])
+    dxf(a) = a[i+1] - a[i]             dxb(a) = a[i] - a[i-1]
+    (likewise ay*, dy* along j and az*, dz* along k)
+"""
+from __future__ import annotations
+
+import torch
+
+X, Y, Z = 0, 1, 2
+
+
+def shift(a: torch.Tensor, dim: int, offset: int) -> torch.Tensor:
+    """``a[index + offset]`` along ``dim``; the edge slab repeats beyond the ends."""
+    n = a.size(dim)
+    if offset == 0 or n == 1:
+        return a
+    if abs(offset) >= n:
+        raise ValueError(f"shift by {offset} along a dimension of size {n}")
+    if offset > 0:
+        edge = a.narrow(dim, n - 1, 1).expand_as(a.narrow(dim, 0, offset))
+        return torch.cat([a.narrow(dim, offset, n - offset), edge], dim)
+    edge = a.narrow(dim, 0, 1).expand_as(a.narrow(dim, 0, -offset))
+    return torch.cat([edge, a.narrow(dim, 0, n + offset)], dim)
+
+
+def axf(a): return .5 * (shift(a, X, 1) + a)
+def axb(a): return .5 * (a + shift(a, X, -1))
+def ayf(a): return .5 * (shift(a, Y, 1) + a)
+def ayb(a): return .5 * (a + shift(a, Y, -1))
+def azf(a): return .5 * (shift(a, Z, 1) + a)
+def azb(a): return .5 * (a + shift(a, Z, -1))
+def dxf(a): return shift(a, X, 1) - a
+def dxb(a): return a - shift(a, X, -1)
+def dyf(a): return shift(a, Y, 1) - a
+def dyb(a): return a - shift(a, Y, -1)
+def dzf(a): return shift(a, Z, 1) - a
+def dzb(a): return a - shift(a, Z, -1)
+
+
+def _range_mask(size: int, bounds, device) -> torch.Tensor:
+    lo, hi = bounds
+    idx = torch.arange(1, size + 1, device=device)
+    return (idx >= lo) & (idx <= hi)
+
+
+def inside(value: torch.Tensor, rest: torch.Tensor | float = 0.0, *,
+           i=None, j=None, k=None) -> torch.Tensor:
+    """``value`` inside the inclusive 1-based Fortran ranges, ``rest`` outside.
+
+    ``inside(v, rest=old, i=(2, imm1), k=(1, kbm1))`` is pom2k's
+    ``do k=1,kbm1; do i=2,imm1: a(i,j,k) = v`` applied to ``old``; a range
+    left out (None) spans the whole dimension. Returns a new tensor.
+    """
+    mask = None
+    for dim, bounds in ((X, i), (Y, j), (Z, k)):
+        if bounds is None:
+            continue
+        m = _range_mask(value.size(dim), bounds, value.device)
+        shape = [1] * value.dim()
+        shape[dim] = -1
+        m = m.view(shape)
+        mask = m if mask is None else mask & m
+    if mask is None:
+        return value.clone()
+    rest = torch.as_tensor(rest, dtype=value.dtype, device=value.device)
+    return torch.where(mask, value, rest)
+
+
+def expand3(a: torch.Tensor) -> torch.Tensor:
+    """A 2-D (i, j) field as (i, j, 1), to broadcast against (i, j, k)."""
+    return a.unsqueeze(-1)
+
+
+def levels(a: torch.Tensor) -> torch.Tensor:
+    """A 1-D (k) profile as (1, 1, k), to broadcast against (i, j, k)."""
+    return a.view(1, 1, -1)
