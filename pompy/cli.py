@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="which model runs it (default: oracle)")
     run_cmd.add_argument("--output", type=Path, help="output folder (default: output/<config name>)")
     run_cmd.add_argument("--steps", type=positive_int, help="internal steps to run (default: the config's iend)")
+    run_cmd.add_argument("--restart", type=Path, metavar="FILE",
+                         help="continue from a restart file written by an earlier run")
     run_cmd.set_defaults(handler=run)
 
     config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
@@ -79,18 +81,25 @@ def setup(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_oracle(config: Config, output_dir: Path, steps: int | None) -> None:
+def run_oracle(config: Config, output_dir: Path, steps: int | None, restart: Path | None = None) -> None:
     from pompy.oracle.run import run_case
 
-    run_case(config, output_dir, steps)
+    run_case(config, output_dir, steps, restart=restart)
 
 
-CORES = {"oracle": run_oracle}  # --core NAME -> runner(config, output_dir, steps)
+CORES = {"oracle": run_oracle}  # --core NAME -> runner(config, output_dir, steps, restart)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pompy.oracle.run import CFLViolation
+
     config = load_config(args.config, args.set)
-    CORES[args.core](config, args.output or Path("output") / args.config.stem, args.steps)
+    output = args.output or Path("output") / args.config.stem
+    try:
+        CORES[args.core](config, output, args.steps, args.restart)
+    except CFLViolation as exc:
+        print(f"pompy run stopped: {exc}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -22,10 +22,10 @@ def test_run_passes_config_output_and_steps(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setitem(cli.CORES, "oracle", lambda *args: calls.append(args))
     assert cli.main(["run", SEAMOUNT, "--steps", "3", "--output", str(tmp_path)]) == 0
-    (config, output, steps), = calls
-    assert (config.im, output, steps) == (65, tmp_path, 3)
+    (config, output, steps, restart), = calls
+    assert (config.im, output, steps, restart) == (65, tmp_path, 3, None)
     cli.main(["run", SEAMOUNT])
-    assert calls[1][1:] == (Path("output/seamount"), None)
+    assert calls[1][1:] == (Path("output/seamount"), None, None)
 
 
 def test_setup_without_gfortran_and_root_prints_the_command(monkeypatch, capsys):

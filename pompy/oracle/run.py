@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pompy.config import Config
+from pompy.config import Config, nint
 from pompy.oracle.build import load
 
 # Open-boundary radiation factors of pom2k's bdry block (1 in both problems).
@@ -25,11 +25,15 @@ _BOUNDS = re.compile(r"^(\w+) : (?:input|in/output) rank-(\d) array\('d'\) with 
 class CFLViolation(RuntimeError):
     """pom2k's velocity check failed: vamax > vmaxl."""
 
-    def __init__(self, iint: int, vamax: float, imax: int, jmax: int, vmaxl: float):
+    def __init__(self, iint: int, vamax: float, imax: int, jmax: int, vmaxl: float,
+                 restart: Path | None = None):
         self.iint, self.vamax, self.imax, self.jmax = iint, vamax, imax, jmax
-        super().__init__(
-            f"step iint={iint}: external velocity vamax={vamax:.6g} m/s exceeds "
-            f"vmaxl={vmaxl:g} in field vaf at (i, j)=({imax}, {jmax})")
+        self.restart = restart
+        message = (f"step iint={iint}: external velocity vamax={vamax:.6g} m/s exceeds "
+                   f"vmaxl={vmaxl:g} in field vaf at (i, j)=({imax}, {jmax})")
+        if restart is not None:
+            message += f"; the last good state (iint={iint - 1}) is in {restart}"
+        super().__init__(message)
 
 
 def array_shapes(routine: str, config: Config, module=None) -> dict[str, tuple[int, ...]]:
@@ -90,23 +94,60 @@ def _call(fn, state: dict, params: dict):
     return fn(**kwargs)
 
 
-def run_case(config: Config, output_dir: Path, steps: int | None = None) -> dict:
-    """Run a case end to end with the oracle and save the final state."""
+def print_steps(config: Config, first: int, last: int) -> list[int]:
+    """The steps pom2k prints at: every iprint, prtd2's interval from iswtch on,
+    and the last step."""
+    steps, iprint = [], config.iprint
+    for iint in range(first, last + 1):
+        if iint >= config.iswtch:
+            iprint = nint(config.prtd2 * 86400 / config.dti)
+        if iint % max(iprint, 1) == 0:
+            steps.append(iint)
+    if last not in steps:
+        steps.append(last)
+    return steps
+
+
+def run_case(config: Config, output_dir: Path, steps: int | None = None,
+             restart: Path | None = None) -> dict:
+    """Run a case with the oracle: NetCDF output at pom2k's print steps and a
+    restart file at the end, or of the last good step when the run stops."""
     from tqdm import tqdm
 
-    iend = steps if steps is not None else config.iend
+    from pompy.io import OutputWriter, read_restart, write_restart
+
     state = new_state(config)
+    first = 1
+    if restart is not None:
+        saved, iint0, _ = read_restart(restart)
+        state.update(saved)
+        first = iint0 + 1
+    last = (first - 1) + (steps if steps is not None else config.iend)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    writes = set(print_steps(config, first, last))
+    days = lambda iint: config.dti * iint / 86400  # noqa: E731
+    writer = OutputWriter(output_dir / "oracle_output.nc", config, state)
     start = _time.perf_counter()
-    with tqdm(total=iend, unit="step", desc=f"oracle {config.title}") as bar:
-        for iint in range(1, iend + 1):
-            run_steps(state, config, iint, iint)
-            bar.set_postfix(time_days=f"{config.dti * iint / 86400:.4f}",
-                            vamax=f"{np.abs(state['vaf']).max():.3g}")
-            bar.update()
-    elapsed = _time.perf_counter() - start
-    path = output_dir / f"oracle_iint_{iend:06d}.npz"
-    np.savez(path, time_days=config.dti * iend / 86400, **state)
-    print(f"{iend} internal steps in {elapsed:.2f} s; final state written to {path}")
+    try:
+        with tqdm(total=last - first + 1, unit="step", desc=f"oracle {config.title}") as bar:
+            for iint in range(first, last + 1):
+                good = {k: v.copy() for k, v in state.items()}
+                try:
+                    run_steps(state, config, iint, iint)
+                except CFLViolation as exc:
+                    path = write_restart(output_dir / "restart.nc", config, good, iint - 1,
+                                         days(iint - 1))
+                    raise CFLViolation(exc.iint, exc.vamax, exc.imax, exc.jmax,
+                                       config.vmaxl, restart=path) from None
+                if iint in writes:
+                    writer.write(state, iint, days(iint))
+                bar.set_postfix(days=f"{days(iint):.4f}",
+                                vamax=f"{np.abs(state['vaf']).max():.3g}")
+                bar.update()
+    finally:
+        writer.close()
+    write_restart(output_dir / "restart.nc", config, state, last, days(last))
+    print(f"{last - first + 1} internal steps in {_time.perf_counter() - start:.2f} s; "
+          f"output in {output_dir / 'oracle_output.nc'}, restart in {output_dir / 'restart.nc'}")
     return state

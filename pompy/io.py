@@ -1,0 +1,137 @@
+"""CF-convention NetCDF output and restart files, from the variable table.
+
+Arrays are stored in CF order (time, sigma level, y, x): a pom2k array
+a(i,j,k) is written transposed as a[k, j, i]. Fields on the w levels
+(z: w, q2, q2l, l, km, kh, kq, ...) use the dimension ``sigma_w``; the
+others ``sigma``. A restart file holds every restart variable plus
+``iint`` and ``time_days``; reading it gives back pom2k-ordered arrays
+equal to the last bit.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+
+from pompy import __version__
+from pompy.config import Config
+from pompy.variables import VARIABLES
+
+W_LEVELS = {"z", "dz", "w", "q2", "q2b", "q2l", "q2lb", "l", "km", "kh", "kq"}
+_DIM = {"i": "x", "j": "y"}
+
+
+def _cf_dims(name: str) -> tuple[str, ...]:
+    dims = tuple(_DIM.get(d, "sigma_w" if name in W_LEVELS else "sigma")
+                 for d in VARIABLES[name].dims)
+    return tuple(reversed(dims))
+
+
+def _to_cf(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).T
+
+
+def _from_cf(a: np.ndarray) -> np.ndarray:
+    return np.asfortranarray(np.asarray(a).T)
+
+
+def _create(path: Path, config: Config, title: str) -> netCDF4.Dataset:
+    ds = netCDF4.Dataset(path, "w")
+    ds.Conventions = "CF-1.8"
+    ds.title = title
+    ds.source = f"pompy {__version__} (pom2k algorithm)"
+    ds.namelist = str(config.to_namelist())
+    ds.createDimension("x", config.im)
+    ds.createDimension("y", config.jm)
+    ds.createDimension("sigma", config.kb)
+    ds.createDimension("sigma_w", config.kb)
+    return ds
+
+
+def _define(ds, name: str, extra_dims=()):
+    var = VARIABLES[name]
+    v = ds.createVariable(name, "f8", extra_dims + _cf_dims(name))
+    v.units = var.units
+    v.long_name = var.long_name
+    return v
+
+
+def _coordinates(ds, state: dict) -> None:
+    for name, dim, std in (("zz", "sigma", "ocean_sigma_coordinate"),
+                           ("z", "sigma_w", "ocean_sigma_coordinate")):
+        v = ds.createVariable(dim, "f8", (dim,))
+        v[:] = state[name]
+        v.standard_name, v.positive, v.units = std, "up", "1"
+        v.long_name = VARIABLES[name].long_name
+        v.formula_terms = f"sigma: {dim} eta: el depth: h"
+    for name, axis in (("east_e", "X"), ("north_e", "Y")):
+        v = ds.createVariable(name, "f8", ("y", "x"))
+        v[:] = _to_cf(state[name])
+        v.units, v.long_name, v.axis = "m", VARIABLES[name].long_name, axis
+
+
+class OutputWriter:
+    """Writes the output fields of the variable table at each call of write()."""
+
+    def __init__(self, path: Path, config: Config, state: dict):
+        self.path = Path(path)
+        self.ds = _create(self.path, config, config.title)
+        self.ds.createDimension("time", None)
+        t = self.ds.createVariable("time", "f8", ("time",))
+        t.units, t.standard_name, t.calendar = "days since 2000-01-01 00:00:00", "time", "standard"
+        _coordinates(self.ds, state)
+        for name in ("h", "fsm", "dum", "dvm", "dx", "dy"):
+            _define(self.ds, name)[:] = _to_cf(state[name])
+        self.fields = [n for n, v in VARIABLES.items() if v.output and v.kind != "grid"]
+        for name in self.fields:
+            _define(self.ds, name, ("time",))
+        self.iint = self.ds.createVariable("iint", "i4", ("time",))
+        self.iint.long_name = "internal step number"
+
+    def write(self, state: dict, iint: int, time_days: float) -> None:
+        n = len(self.ds.dimensions["time"])
+        self.ds["time"][n] = time_days
+        self.iint[n] = iint
+        for name in self.fields:
+            self.ds[name][n] = _to_cf(state[name])
+        self.ds.sync()
+
+    def close(self) -> None:
+        self.ds.close()
+
+
+def write_restart(path: Path, config: Config, state: dict, iint: int, time_days: float) -> Path:
+    """Every restart variable of the table, with iint and time, to NetCDF."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    ds = _create(tmp, config, f"{config.title}: restart at iint={iint}")
+    try:
+        ds.createDimension("i_boundary", config.im)
+        ds.createDimension("j_boundary", config.jm)
+        ds.iint = int(iint)
+        ds.time_days = float(time_days)
+        for name, var in VARIABLES.items():
+            if not var.restart:
+                continue
+            if var.kind == "boundary":
+                dims = tuple(reversed(tuple({"i": "i_boundary", "j": "j_boundary",
+                                             "k": "sigma"}[d] for d in var.dims)))
+                v = ds.createVariable(name, "f8", dims)
+                v.units, v.long_name = var.units, var.long_name
+            else:
+                v = _define(ds, name)
+            v[:] = _to_cf(state[name])
+    finally:
+        ds.close()
+    tmp.replace(path)  # a crash mid-write never leaves a half restart file
+    return path
+
+
+def read_restart(path: Path) -> tuple[dict, int, float]:
+    """(state, iint, time_days) from a restart file, arrays in pom2k order."""
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_mask(False)
+        state = {name: _from_cf(ds[name][:]) for name in VARIABLES
+                 if VARIABLES[name].restart and name in ds.variables}
+        return state, int(ds.iint), float(ds.time_days)
