@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="continue from a restart file written by an earlier run")
     run_cmd.set_defaults(handler=run)
 
+    compare_cmd = commands.add_parser("compare", help="differences between two NetCDF outputs, field by field and time by time")
+    compare_cmd.add_argument("a", type=Path, metavar="A.nc")
+    compare_cmd.add_argument("b", type=Path, metavar="B.nc")
+    compare_cmd.add_argument("--tolerance", type=float, default=1e-10,
+                             help="largest accepted difference relative to the field's max magnitude in A (default 1e-10)")
+    compare_cmd.set_defaults(handler=compare)
+
     config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
     add_config_arguments(config_cmd)
     config_cmd.set_defaults(handler=show_config)
@@ -101,6 +108,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3
     return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    from pompy.compare import differences, report
+
+    for path in (args.a, args.b):
+        if not path.exists():
+            print(f"pompy compare: {path} does not exist", file=sys.stderr)
+            return 2
+    text, ok = report(differences(args.a, args.b), args.tolerance)
+    print(text)
+    return 0 if ok else 1
 
 
 def show_config(args: argparse.Namespace) -> int:
