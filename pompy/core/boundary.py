@@ -1,0 +1,171 @@
+"""pom2k lateral boundary conditions: bcond(idx), cases 1 to 6.
+
+Tensors are indexed (i, j, k) like the Fortran: ``a[i-1, j-1, k-1]`` is
+``a(i,j,k)``. Boundary rows are assembled with ``torch.cat`` (a new tensor)
+and the upstream switches become ``torch.where``; no input is written.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from pompy.ops import X, Y, expand3, inside, shift
+
+
+class BcondOut(NamedTuple):
+    elf: Tensor
+    uaf: Tensor
+    vaf: Tensor
+    uf: Tensor
+    vf: Tensor
+    w: Tensor
+
+
+def _edges(a: Tensor, dim: int, first: Tensor, last: Tensor) -> Tensor:
+    """``a`` with its first and last slabs along ``dim`` replaced."""
+    n = a.size(dim)
+    return torch.cat([first.unsqueeze(dim), a.narrow(dim, 1, n - 2), last.unsqueeze(dim)], dim)
+
+
+def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
+          zz, h, dx, dy, dt, fsm, dum, dvm, el, u, v, t, s, q2, q2l,
+          ele, elw, eln, els, uabe, uabw, vabn, vabs,
+          tbe, tbw, tbn, tbs, sbe, sbw, sbn, sbs,
+          elf, uaf, vaf, uf, vf, w) -> BcondOut:
+    """pom2k bcond(idx): open and closed lateral boundary conditions.
+
+    1  elf: zero gradient on all four edges, then masked by fsm (all i, j).
+    2  uaf, vaf: radiation at i=1,2,im (j=2..jmm1) and j=1,2,jm
+       (i=2..imm1), scaled by ramp, then masked by dum, dvm (all i, j).
+    3  uf, vf: depth-weighted smoothing at i=1,2,im (j=2..jmm1,
+       k=1..kbm1), then masked by dum, dvm (all i, j, k=1..kbm1).
+    4  uf (from t), vf (from s): upstream at i=1,im (all j) then j=1,jm
+       (all i, overriding the corners), k=1..kbm1; inflow relaxes to
+       tb*/sb*, outflow adds vertical advection on k=2..kbm1-1; masked by
+       fsm (k=1..kbm1).
+    5  w: masked by fsm (k=1..kbm1).
+    6  uf (from q2), vf (from q2l): upstream like 4 with inflow value
+       ``small``, k=1..kb, then uf*fsm + 1e-10 (all i, j, k).
+    Arrays the case does not write are returned unchanged (as copies).
+    """
+    im, jm = h.shape
+    kb = zz.shape[0]
+    kbm1 = kb - 1
+    elf, uaf, vaf, uf, vf, w = (a.clone() for a in (elf, uaf, vaf, uf, vf, w))
+
+    if idx == 1:
+        e = _edges(elf, X, elf[1], elf[im - 2])
+        e = _edges(e, Y, e[:, 1], e[:, jm - 2])
+        elf = e * fsm
+
+    elif idx == 2:
+        ua_e = ramp * (uabe + rfe * torch.sqrt(grav / h[im - 2]) * (el[im - 2] - ele))
+        ua_w = ramp * (uabw - rfw * torch.sqrt(grav / h[1]) * (el[1] - elw))
+        va_n = ramp * (vabn + rfn * torch.sqrt(grav / h[:, jm - 2]) * (el[:, jm - 2] - eln))
+        va_s = ramp * (vabs - rfs * torch.sqrt(grav / h[:, 1]) * (el[:, 1] - els))
+        # east and west (i = 1, 2, im), j = 2..jmm1
+        ua1 = torch.cat([ua_w[None], ua_w[None], uaf[2:im - 1], ua_e[None]])
+        uaf1 = inside(ua1, rest=uaf, j=(2, jm - 1))
+        vaf1 = inside(_edges(vaf, X, torch.zeros_like(ua_e), torch.zeros_like(ua_e)),
+                      rest=vaf, j=(2, jm - 1))
+        # north and south (j = 1, 2, jm), i = 2..imm1
+        va2 = torch.cat([va_s[:, None], va_s[:, None], vaf1[:, 2:jm - 1], va_n[:, None]], 1)
+        vaf2 = inside(va2, rest=vaf1, i=(2, im - 1))
+        uaf2 = inside(_edges(uaf1, Y, torch.zeros_like(va_n), torch.zeros_like(va_n)),
+                      rest=uaf1, i=(2, im - 1))
+        uaf = uaf2 * dum
+        vaf = vaf2 * dvm
+
+    elif idx == 3:
+        def smooth(a):  # .25*a(j-1) + .5*a(j) + .25*a(j+1), along j
+            return .25 * shift(a, Y, -1) + .5 * a + .25 * shift(a, Y, 1)
+
+        us = smooth(u)
+        ga = torch.sqrt(h / hmax)
+        ga_e = ga[im - 1][:, None]
+        ga_w = ga[0][:, None]
+        uf_e = ga_e * us[im - 2] + (1. - ga_e) * us[im - 1]
+        uf_w = ga_w * us[2] + (1. - ga_w) * us[1]
+        zero = torch.zeros_like(uf_e)
+        # written for j = 2..jmm1, k = 1..kbm1
+        uf_b = torch.cat([uf_w[None], uf_w[None], uf[2:im - 1], uf_e[None]])
+        vf_b = _edges(vf, X, zero, zero)
+        uf_b = inside(uf_b, rest=uf, j=(2, jm - 1))
+        vf_b = inside(vf_b, rest=vf, j=(2, jm - 1))
+        uf = inside(uf_b * expand3(dum), rest=uf, k=(1, kbm1))
+        vf = inside(vf_b * expand3(dvm), rest=vf, k=(1, kbm1))
+
+    elif idx == 4:
+        # outflow adds vertical advection on k = 2..kbm1-1 only
+        vert = torch.zeros(kb, dtype=torch.bool, device=zz.device)
+        vert[1:kbm1 - 1] = True
+        dzz2 = shift(zz, 0, -1) - shift(zz, 0, 1)  # zz(k-1) - zz(k+1)
+
+        def kshift(a, offset):  # a(k+offset) in an (n, kb) edge slab
+            return shift(a, 1, offset)
+
+        def wterm(w2, dt2, f2):
+            # w2, f2: the (n, kb) slab one point inside the edge; dt2 its (n,) row
+            wm = .5 * (w2 + kshift(w2, 1)) * dti / (dzz2 * dt2[:, None])
+            return torch.where(vert, wm * (kshift(f2, -1) - kshift(f2, 1)), torch.zeros_like(wm))
+
+        def upstream(u1, f, f_in, f_out, outflow, vterm):
+            # outflow: upstream difference minus vertical advection; else inflow
+            return torch.where(outflow, f - u1 * f_out - vterm, f - u1 * f_in)
+
+        new = []
+        for f, old, fbe, fbw, fbn, fbs in ((t, uf, tbe, tbw, tbn, tbs),
+                                           (s, vf, sbe, sbw, sbn, sbs)):
+            # east and west, all j
+            u1 = 2. * u[im - 1] * dti / (dx[im - 1] + dx[im - 2])[:, None]
+            fe = upstream(u1, f[im - 1], fbe - f[im - 1], f[im - 1] - f[im - 2], u1 > 0.,
+                          wterm(w[im - 2], dt[im - 2], f[im - 2]))
+            u1 = 2. * u[1] * dti / (dx[0] + dx[1])[:, None]
+            fw = upstream(u1, f[0], f[0] - fbw, f[1] - f[0], u1 < 0.,
+                          wterm(w[1], dt[1], f[1]))
+            a = _edges(old, X, fw, fe)
+            # north and south, all i (the corners take these values)
+            u1 = 2. * v[:, jm - 1] * dti / (dy[:, jm - 1] + dy[:, jm - 2])[:, None]
+            fn = upstream(u1, f[:, jm - 1], fbn - f[:, jm - 1], f[:, jm - 1] - f[:, jm - 2],
+                          u1 > 0., wterm(w[:, jm - 2], dt[:, jm - 2], f[:, jm - 2]))
+            u1 = 2. * v[:, 1] * dti / (dy[:, 0] + dy[:, 1])[:, None]
+            fs = upstream(u1, f[:, 0], f[:, 0] - fbs, f[:, 1] - f[:, 0], u1 < 0.,
+                          wterm(w[:, 1], dt[:, 1], f[:, 1]))
+            a = _edges(a, Y, fs, fn)
+            new.append(inside(a * expand3(fsm), rest=old, k=(1, kbm1)))
+        uf, vf = new
+
+    elif idx == 5:
+        w = inside(w * expand3(fsm), rest=w, k=(1, kbm1))
+
+    elif idx == 6:
+        def east_west(f):
+            u1 = 2. * u[im - 1] * dti / (dx[im - 1] + dx[im - 2])[:, None]
+            fe = torch.where(u1 <= 0., f[im - 1] - u1 * (small - f[im - 1]),
+                             f[im - 1] - u1 * (f[im - 1] - f[im - 2]))
+            u1 = 2. * u[1] * dti / (dx[0] + dx[1])[:, None]
+            fw = torch.where(u1 >= 0., f[0] - u1 * (f[0] - small),
+                             f[0] - u1 * (f[1] - f[0]))
+            return fe, fw
+
+        def north_south(f):
+            u1 = 2. * v[:, jm - 1] * dti / (dy[:, jm - 1] + dy[:, jm - 2])[:, None]
+            fn = torch.where(u1 <= 0., f[:, jm - 1] - u1 * (small - f[:, jm - 1]),
+                             f[:, jm - 1] - u1 * (f[:, jm - 1] - f[:, jm - 2]))
+            u1 = 2. * v[:, 1] * dti / (dy[:, 0] + dy[:, 1])[:, None]
+            fs = torch.where(u1 >= 0., f[:, 0] - u1 * (f[:, 0] - small),
+                             f[:, 0] - u1 * (f[:, 1] - f[:, 0]))
+            return fn, fs
+
+        new = []
+        for f, old in ((q2, uf), (q2l, vf)):
+            fe, fw = east_west(f)
+            a = _edges(old, X, fw, fe)
+            fn, fs = north_south(f)
+            a = _edges(a, Y, fs, fn)
+            new.append(a * expand3(fsm) + 1.e-10)
+        uf, vf = new
+
+    return BcondOut(elf, uaf, vaf, uf, vf, w)

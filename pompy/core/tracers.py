@@ -1,0 +1,199 @@
+"""pom2k tracer advection: advt1 (centred), advt2 (Smolarkiewicz), smol_adif.
+
+Tensors are indexed (i, j, k) like the Fortran: ``a[i-1, j-1, k-1]`` is
+``a(i,j,k)``. Every routine returns new tensors; ranges pom2k leaves
+untouched keep the input values.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from pompy.ops import X, Y, Z, expand3, inside, levels, shift
+
+
+class Advt1Out(NamedTuple):
+    fb: Tensor
+    f: Tensor
+    ff: Tensor
+    xflux: Tensor
+    yflux: Tensor
+    zflux: Tensor
+
+
+class Advt2Out(NamedTuple):
+    fb: Tensor
+    ff: Tensor
+    xflux: Tensor
+    yflux: Tensor
+    zflux: Tensor
+
+
+class SmolAdifOut(NamedTuple):
+    xmassflux: Tensor
+    ymassflux: Tensor
+    zwflux: Tensor
+    ff: Tensor
+
+
+def _bottom_copy(a: Tensor) -> Tensor:
+    """``a`` with a(:,:,kb) = a(:,:,kbm1)."""
+    return torch.cat([a[..., :-1], a[..., -2:-1]], dim=2)
+
+
+def _leapfrog(xflux, yflux, zflux, dz, fb, h, etb, etf, art, dti2):
+    """The flux divergence and leapfrog step pom2k's advt1/advt2 share
+    (values for every point; the callers keep i=2..imm1, j=2..jmm1, k=1..kbm1)."""
+    H, ETB, ETF, ART = (expand3(a) for a in (h, etb, etf, art))
+    ff = (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux
+          + (zflux - shift(zflux, Z, 1)) / levels(dz))
+    return (fb * (H + ETB) * ART - dti2 * ff) / ((H + ETF) * ART)
+
+
+def advt1(dti2, tprni, dz, u, v, w, aam, dt, h, etb, etf,
+          dx, dy, art, dum, dvm, fb, f, fclim, ff, xflux, yflux, zflux) -> Advt1Out:
+    """pom2k advt1: centred advection and horizontal diffusion (of fb-fclim)
+    of a tracer, leapfrog step into ff. Called as advt1(tb,t,tclim,uf,a,c).
+
+    Writes f, fb at k=kb (copied from kbm1; fb also passes through
+    (fb-fclim)+fclim everywhere, as pom2k does); xflux, yflux at
+    i=2..im, j=2..jm, k=1..kbm1; zflux at i=2..imm1, j=2..jmm1, all k;
+    ff at i=2..imm1, j=2..jmm1, k=1..kbm1.
+    """
+    im, jm, kb = f.shape
+    imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
+    DT, H, DX, DY, ART, DUM, DVM = (expand3(a) for a in (dt, h, dx, dy, art, dum, dvm))
+    f = _bottom_copy(f)
+    fb = _bottom_copy(fb)
+    # advective fluxes
+    xadv = .25 * ((DT + shift(DT, X, -1)) * (f + shift(f, X, -1)) * u)
+    yadv = .25 * ((DT + shift(DT, Y, -1)) * (f + shift(f, Y, -1)) * v)
+    # diffusive fluxes, of fb - fclim
+    fbc = fb - fclim
+    xdif = (xadv - .5 * (aam + shift(aam, X, -1)) * (H + shift(H, X, -1)) * tprni
+            * (fbc - shift(fbc, X, -1)) * DUM / (DX + shift(DX, X, -1)))
+    ydif = (yadv - .5 * (aam + shift(aam, Y, -1)) * (H + shift(H, Y, -1)) * tprni
+            * (fbc - shift(fbc, Y, -1)) * DVM / (DY + shift(DY, Y, -1)))
+    xflux = inside(.5 * (DY + shift(DY, X, -1)) * xdif, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    yflux = inside(.5 * (DX + shift(DX, Y, -1)) * ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    fb = fbc + fclim
+    # vertical advection: w(1)*f(1) at the surface, zero at the bottom
+    zint = .5 * (shift(f, Z, -1) + f) * w * ART
+    zsurf = f * w * ART
+    zcol = inside(inside(zint, rest=zsurf, k=(2, kb)), rest=0., k=(1, kbm1))
+    zflux = inside(zcol, rest=zflux, i=(2, imm1), j=(2, jmm1))
+    ff = inside(_leapfrog(xflux, yflux, zflux, dz, fb, h, etb, etf, art, dti2),
+                rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
+    return Advt1Out(fb, f, ff, xflux, yflux, zflux)
+
+
+def advt2(dti2, tprni, dz, dzz, u, v, w, aam, dt, h, etb, etf,
+          dx, dy, art, aru, arv, fsm, dum, dvm, fb, f, fclim, ff,
+          xflux, yflux, zflux, nitera, sw) -> Advt2Out:
+    """pom2k advt2: Smolarkiewicz iterative upstream advection (nitera
+    passes, antidiffusive velocities from smol_adif scaled by sw) plus
+    horizontal diffusion of fb-fclim. Called as
+    advt2(tb,t,tclim,uf,a,c,nitera,sw).
+
+    Writes fb at k=kb (copied from kbm1; and (fb-fclim)+fclim everywhere);
+    xflux, yflux at i=2..im, j=2..jm, k=1..kbm1 (the diffusive fluxes);
+    zflux at i=2..imm1, j=2..jmm1, all k (the last pass); ff masked by
+    fsm everywhere on each pass (smol_adif), then advected and diffused at
+    i=2..imm1, j=2..jmm1, k=1..kbm1.
+    """
+    im, jm, kb = f.shape
+    imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
+    DT, H, DX, DY, ART, DUM, DVM = (expand3(a) for a in (dt, h, dx, dy, art, dum, dvm))
+    xmassflux = inside(0.25 * (shift(DY, X, -1) + DY) * (shift(DT, X, -1) + DT) * u,
+                       i=(2, im), j=(2, jmm1), k=(1, kbm1))
+    ymassflux = inside(0.25 * (shift(DX, Y, -1) + DX) * (shift(DT, Y, -1) + DT) * v,
+                       i=(2, imm1), j=(2, jm), k=(1, kbm1))
+    fb = _bottom_copy(fb)
+    eta = etb
+    zflux = zflux.clone()  # returned as is when nitera is 0
+    zwflux = w
+    fbmem = fb
+    for itera in range(1, nitera + 1):
+        # upwind advection
+        xup = 0.5 * ((xmassflux + xmassflux.abs()) * shift(fbmem, X, -1)
+                     + (xmassflux - xmassflux.abs()) * fbmem)
+        yup = 0.5 * ((ymassflux + ymassflux.abs()) * shift(fbmem, Y, -1)
+                     + (ymassflux - ymassflux.abs()) * fbmem)
+        xflux = inside(xup, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+        yflux = inside(yup, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+        zsurf = w * f * ART if itera == 1 else torch.zeros_like(w)
+        zint = 0.5 * ((zwflux + zwflux.abs()) * fbmem
+                      + (zwflux - zwflux.abs()) * shift(fbmem, Z, -1))
+        zcol = inside(inside(zint * ART, rest=zsurf, k=(2, kb)), rest=0., k=(1, kbm1))
+        zflux = inside(zcol, rest=zflux, i=(2, imm1), j=(2, jmm1))
+        ff = inside(_leapfrog(xflux, yflux, zflux, dz, fbmem, h, eta, etf, art, dti2),
+                    rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
+        xmassflux, ymassflux, zwflux, ff = smol_adif(
+            dti2=dti2, dzz=dzz, dt=dt, aru=aru, arv=arv, fsm=fsm, xmassflux=xmassflux,
+            ymassflux=ymassflux, zwflux=zwflux, ff=ff, sw=sw)
+        eta = etf
+        fbmem = ff
+    # horizontal diffusion, of fb - fclim
+    fbc = fb - fclim
+    xmassflux = 0.5 * (aam + shift(aam, X, -1))
+    ymassflux = 0.5 * (aam + shift(aam, Y, -1))
+    xdif = (-xmassflux * (H + shift(H, X, -1)) * tprni * (fbc - shift(fbc, X, -1)) * DUM
+            * (DY + shift(DY, X, -1)) * 0.5 / (DX + shift(DX, X, -1)))
+    ydif = (-ymassflux * (H + shift(H, Y, -1)) * tprni * (fbc - shift(fbc, Y, -1)) * DVM
+            * (DX + shift(DX, Y, -1)) * 0.5 / (DY + shift(DY, Y, -1)))
+    xflux = inside(xdif, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    yflux = inside(ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    fb = fbc + fclim
+    ETF = expand3(etf)
+    fdif = ff - dti2 * (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux) / ((H + ETF) * ART)
+    ff = inside(fdif, rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
+    return Advt2Out(fb, ff, xflux, yflux, zflux)
+
+
+def smol_adif(dti2, dzz, dt, aru, arv, fsm, xmassflux, ymassflux, zwflux, ff, sw) -> SmolAdifOut:
+    """pom2k smol_adif: Smolarkiewicz antidiffusive velocities, scaled by sw.
+
+    Writes ff*fsm everywhere; xmassflux at i=2..im, j=2..jmm1, k=1..kbm1;
+    ymassflux at i=2..imm1, j=2..jm, k=1..kbm1; zwflux at i=2..imm1,
+    j=2..jmm1, k=2..kbm1. Each is zero where either neighbouring ff is
+    below value_min or where the second-order term exceeds the first
+    (the antidiffusion would reverse the flux).
+    """
+    value_min, epsilon = 1.e-9, 1.0e-14
+    im, jm, kb = ff.shape
+    imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
+    DT, ARU, ARV = (expand3(a) for a in (dt, aru, arv))
+    ff = ff * expand3(fsm)
+    zero = torch.zeros_like(ff)
+
+    def antidiffusion(flux, f0, f1, second_order):
+        # f0 upstream-side neighbour, f1 the point itself; mol uses (f1 - f0)
+        below = (f1 < value_min) | (f0 < value_min)
+        first = flux.abs()
+        mol = (f1 - f0) / (f0 + f1 + epsilon)
+        anti = (first - second_order) * mol * sw
+        anti = torch.where(first.abs() < second_order.abs(), zero, anti)
+        return torch.where(below, zero, anti)
+
+    ffm_x = shift(ff, X, -1)
+    u2dt = dti2 * xmassflux * xmassflux * 2. / (ARU * (shift(DT, X, -1) + DT))
+    xnew = antidiffusion(xmassflux, ffm_x, ff, u2dt)
+    xmassflux = inside(xnew, rest=xmassflux, i=(2, im), j=(2, jmm1), k=(1, kbm1))
+
+    ffm_y = shift(ff, Y, -1)
+    v2dt = dti2 * ymassflux * ymassflux * 2. / (ARV * (shift(DT, Y, -1) + DT))
+    ynew = antidiffusion(ymassflux, ffm_y, ff, v2dt)
+    ymassflux = inside(ynew, rest=ymassflux, i=(2, imm1), j=(2, jm), k=(1, kbm1))
+
+    # vertical: mol = (ff(k-1) - ff(k)) / (ff(k) + ff(k-1) + epsilon)
+    ffm_z = shift(ff, Z, -1)
+    w2dt = dti2 * zwflux * zwflux / (levels(shift(dzz, 0, -1)) * DT)
+    below = (ff < value_min) | (ffm_z < value_min)
+    wdz = zwflux.abs()
+    mol = (ffm_z - ff) / (ff + ffm_z + epsilon)
+    znew = torch.where(wdz.abs() < w2dt.abs(), zero, (wdz - w2dt) * mol * sw)
+    znew = torch.where(below, zero, znew)
+    zwflux = inside(znew, rest=zwflux, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
+    return SmolAdifOut(xmassflux, ymassflux, zwflux, ff)
