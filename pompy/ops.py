@@ -15,6 +15,7 @@ operator wraps around (no ``torch.roll``) and none divides by a metric.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 X, Y, Z = 0, 1, 2
 
@@ -84,3 +85,29 @@ def expand3(a: torch.Tensor) -> torch.Tensor:
 def levels(a: torch.Tensor) -> torch.Tensor:
     """A 1-D (k) profile as (1, 1, k), to broadcast against (i, j, k)."""
     return a.view(1, 1, -1)
+
+
+# Correct rounding where torch's CPU kernels round differently from Fortran.
+
+def sqrt_rn(x: Tensor) -> Tensor:
+    """sqrt correctly rounded, as the Fortran's (IEEE) sqrt.
+
+    torch's vectorised CPU sqrt is off by one ulp for about 1% of float64
+    values; in profq that ulp of the sound speed is amplified ~1e4 times by
+    the cancellation in boygr (stratification against compressibility) and
+    showed up as 3e-13 in sh. One Newton step with the residual x - s*s
+    computed exactly (Dekker's product) restores the rounded value."""
+    s = torch.sqrt(x)
+    split = 134217729.0 if x.dtype == torch.float64 else 4097.0  # 2**27+1, 2**12+1
+    t = split * s
+    hi = t - (t - s)
+    lo = s - hi
+    p = s * s
+    e = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo   # s*s = p + e exactly
+    r = (x - p) - e
+    return torch.where((s > 0) & torch.isfinite(s), s + r / (2.0 * s), s)
+
+
+def over(number: float, x: Tensor) -> Tensor:
+    """number/x rounded once: torch's ``number / x`` is reciprocal(x)*number."""
+    return torch.full_like(x, number) / x

@@ -48,3 +48,17 @@ def test_inside_keeps_rest_outside_fortran_ranges(a):
     assert torch.equal(ops.inside(a, j=(1, 4)), a)
     zero_outside = ops.inside(a, i=(2, 2))
     assert zero_outside[0].abs().sum() == 0 and torch.equal(zero_outside[1], a[1])
+
+
+def test_sqrt_rn_is_correctly_rounded():
+    g = torch.Generator().manual_seed(1)
+    x = torch.exp(torch.randn(200000, generator=g, dtype=torch.float64) * 20)
+    assert np.array_equal(ops.sqrt_rn(x).numpy(), np.sqrt(x.numpy()))
+    x32 = x.float()
+    assert np.array_equal(ops.sqrt_rn(x32).numpy(), np.sqrt(x32.numpy()))
+
+
+def test_over_rounds_once():
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(100000, generator=g, dtype=torch.float64) + 0.5
+    assert np.array_equal(ops.over(19.230, x).numpy(), 19.230 / x.numpy())

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, Z, inside, levels, shift
+from pompy.ops import X, Y, Z, inside, levels, over, shift, sqrt_rn
 
 
 class ProfqOut(NamedTuple):
@@ -29,30 +29,6 @@ class ProfqOut(NamedTuple):
     c: Tensor
     dh: Tensor
     dtef: Tensor
-
-
-def sqrt_rn(x: Tensor) -> Tensor:
-    """sqrt correctly rounded, as the Fortran's (IEEE) sqrt.
-
-    torch's vectorised CPU sqrt is off by one ulp for about 1% of float64
-    values; in profq that ulp of the sound speed is amplified ~1e4 times by
-    the cancellation in boygr (stratification against compressibility) and
-    showed up as 3e-13 in sh. One Newton step with the residual x - s*s
-    computed exactly (Dekker's product) restores the rounded value."""
-    s = torch.sqrt(x)
-    split = 134217729.0 if x.dtype == torch.float64 else 4097.0  # 2**27+1, 2**12+1
-    t = split * s
-    hi = t - (t - s)
-    lo = s - hi
-    p = s * s
-    e = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo   # s*s = p + e exactly
-    r = (x - p) - e
-    return torch.where((s > 0) & torch.isfinite(s), s + r / (2.0 * s), s)
-
-
-def _over(number: float, x: Tensor) -> Tensor:
-    """number/x rounded once: torch's ``number / x`` is reciprocal(x)*number."""
-    return torch.full_like(x, number) / x
 
 
 def _edges_as_interior(k: Tensor, fsm: Tensor) -> Tensor:
@@ -117,7 +93,7 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     q2lb = inside(torch.abs(q2lb), q2lb, **inner)
     h3 = h.unsqueeze(-1)
     boygr = (grav * (shift(rho, Z, -1) - rho) / (dzzm * h3)
-             + _over((grav ** 2) * 2.0, shift(cc, Z, -1) ** 2 + cc ** 2))
+             + over((grav ** 2) * 2.0, shift(cc, Z, -1) ** 2 + cc ** 2))
 
     kl0 = (kappa * l0).unsqueeze(-1)
     lk = torch.abs(q2lb / q2b)
@@ -184,7 +160,7 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     coef1 = a2 * (1.0 - 6.0 * a1 / b1 * stf)
     coef2 = 3.0 * a2 * b2 / stf + 18.0 * a1 * a2
     coef3 = a1 * (1.0 - 3.0 * c1 - 6.0 * a1 / b1 * stf)
-    c = _over(coef1, 1.0 - coef2 * gh)
+    c = over(coef1, 1.0 - coef2 * gh)
     a = coef3 + c * coef4 * gh
     a = a / (1.0 - coef5 * gh)
 

@@ -12,8 +12,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, inside, shift
-from pompy.core.turbulence import sqrt_rn
+from pompy.ops import X, Y, inside, shift, sqrt_rn
 
 # irradiance after Paulson and Simpson; Jerlov types i, ia, ib, ii, iii
 _R = (.58, .62, .67, .77, .78)
