@@ -5,17 +5,14 @@ and advave in mode 3 and mode 2; (2) every golden pom2k call of these
 routines (seamount_calls), rtol 1e-13; (3) float32 runs against float64
 within a measured tolerance; inputs are never written.
 """
-import json
 
 import pytest
 import torch
 from hypothesis import given, settings
 
-from conftest import GOLDEN, assert_fields_close, load_golden, relative_error, require_golden
+from conftest import relative_error
 from oracle_compare import compare_call, torch_call
-from pompy.config import Config
 from pompy.core.advection import advave, advct, advq, advu, advv, vertvl
-from pompy.oracle.run import parameters
 from strategies import pom_states, random_state
 
 ROUTINES = {"advct": advct, "advave": advave, "advu": advu, "advv": advv,
@@ -42,35 +39,6 @@ def test_matches_oracle_on_random_states(oracle, case):
     _, params, state = random_state(seed, im, jm, kb, oracle)
     for call, mode in CALLS:
         compare_call(_fn(call), oracle, call, state, _params(params, mode), rtol=1e-12)
-
-
-def _golden_calls():
-    index = GOLDEN / "seamount_calls" / "index.json"
-    if not index.exists():
-        return [pytest.param(None, id="golden-absent")]
-    entries = json.loads(index.read_text())["calls"]
-    return [pytest.param(c, id=c["file"][:-4]) for c in entries if c["routine"] in ROUTINES]
-
-
-@pytest.fixture(scope="module")
-def call_params():
-    grid = json.loads((require_golden() / "seamount_calls" / "index.json").read_text())["grid"]
-    config = Config(im=grid["im"], jm=grid["jm"], kb=grid["kb"], kl2=grid["kb"] - 2)
-    return parameters(config)
-
-
-@pytest.mark.parametrize("call", _golden_calls())
-def test_reproduces_pom2k_call(oracle, call_params, call):
-    require_golden()
-    data = load_golden(f"seamount_calls/{call['file']}")
-    pre = {k[4:]: v for k, v in data.items() if k.startswith("pre/")}
-    post = {k[5:]: v for k, v in data.items() if k.startswith("post/")}
-    params = dict(call_params, nadv=2 if call["run"] == "nadv=2" else 1)
-    text = call["call"].removeprefix("call ")
-    got = torch_call(ROUTINES[call["routine"]], oracle, text, pre, params)
-    got = {k: v.numpy() for k, v in got.items()}
-    want = {name: post.get(name, pre[name]) for name in got}
-    assert_fields_close(got, want, 1e-13, label=text)
 
 
 # float32 against float64, relative to each field's max magnitude. Measured

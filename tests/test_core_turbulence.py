@@ -4,18 +4,15 @@
 profq(a,c,tps,dtef); (2) the golden pom2k call (seamount_calls), rtol 1e-13;
 (3) float32 runs against float64 within a measured tolerance.
 """
-import json
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 
-from conftest import GOLDEN, assert_fields_close, load_golden, relative_error, require_golden
+from conftest import relative_error
 from oracle_compare import compare_call, torch_call
-from pompy.config import Config
 from pompy.core.turbulence import profq
-from pompy.oracle.run import parameters
 from strategies import pom_states, random_state
 
 CALL = "profq(a,c,tps,dtef)"
@@ -39,35 +36,6 @@ def test_random_states_reach_both_sides_of_each_switch(oracle):
     assert guarded.any() and (~guarded).any()
     z = state["z"][1:-1]
     assert (z > -0.5).any() and (z <= -0.5).any()
-
-
-def _golden_calls():
-    index = GOLDEN / "seamount_calls" / "index.json"
-    if not index.exists():
-        return [pytest.param(None, id="golden-absent")]
-    entries = json.loads(index.read_text())["calls"]
-    return [pytest.param(c, id=c["file"][:-4]) for c in entries if c["routine"] == "profq"]
-
-
-@pytest.fixture(scope="module")
-def call_params():
-    grid = json.loads((require_golden() / "seamount_calls" / "index.json").read_text())["grid"]
-    config = Config(im=grid["im"], jm=grid["jm"], kb=grid["kb"], kl2=grid["kb"] - 2)
-    return parameters(config)
-
-
-@pytest.mark.parametrize("call", _golden_calls())
-def test_reproduces_pom2k_call(oracle, call_params, call):
-    require_golden()
-    data = load_golden(f"seamount_calls/{call['file']}")
-    pre = {k[4:]: v for k, v in data.items() if k.startswith("pre/")}
-    post = {k[5:]: v for k, v in data.items() if k.startswith("post/")}
-    params = dict(call_params, nadv=2 if call["run"] == "nadv=2" else 1)
-    text = call["call"].removeprefix("call ")
-    got = torch_call(profq, oracle, text, pre, params)
-    got = {k: v.numpy() for k, v in got.items()}
-    want = {name: post.get(name, pre[name]) for name in got}
-    assert_fields_close(got, want, 1e-13, label=text)
 
 
 # float32 against float64, relative to each field's max magnitude. Measured
