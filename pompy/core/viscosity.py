@@ -1,0 +1,26 @@
+"""Horizontal viscosity: pom2k's Smagorinsky formula (in pom2k's main loop)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from torch import Tensor
+
+from pompy.ops import X, Y, expand3, inside, shift, sqrt_rn
+
+
+class SmagorinskyOut(NamedTuple):
+    aam: Tensor
+
+
+def smagorinsky(horcon, dx, dy, u, v, aam) -> SmagorinskyOut:
+    """pom2k's Smagorinsky lateral viscosity at t points:
+    aam = horcon*dx*dy*sqrt(ux**2 + vy**2 + .5*(uy + vx)**2),
+    written at i=2..imm1, j=2..jmm1, k=1..kbm1; aam is kept elsewhere."""
+    im, jm, kb = u.shape
+    dx3, dy3 = expand3(dx), expand3(dy)
+    up, vp = shift(u, X, 1), shift(v, Y, 1)
+    uy = .25 * (shift(u, Y, 1) + shift(up, Y, 1) - shift(u, Y, -1) - shift(up, Y, -1)) / dy3
+    vx = .25 * (shift(v, X, 1) + shift(vp, X, 1) - shift(v, X, -1) - shift(vp, X, -1)) / dx3
+    new = horcon * dx3 * dy3 * sqrt_rn(((up - u) / dx3) ** 2 + ((vp - v) / dy3) ** 2
+                                       + .5 * (uy + vx) ** 2)
+    return SmagorinskyOut(inside(new, aam, i=(2, im - 1), j=(2, jm - 1), k=(1, kb - 1)))
