@@ -107,21 +107,11 @@ def write_restart(path: Path, config: Config, state: dict, iint: int, time_days:
     tmp = path.with_name(path.name + ".tmp")
     ds = _create(tmp, config, f"{config.title}: restart at iint={iint}")
     try:
-        ds.createDimension("i_boundary", config.im)
-        ds.createDimension("j_boundary", config.jm)
         ds.iint = int(iint)
         ds.time_days = float(time_days)
         for name, var in VARIABLES.items():
-            if not var.restart:
-                continue
-            if var.kind == "boundary":
-                dims = tuple(reversed(tuple({"i": "i_boundary", "j": "j_boundary",
-                                             "k": "sigma"}[d] for d in var.dims)))
-                v = ds.createVariable(name, "f8", dims)
-                v.units, v.long_name = var.units, var.long_name
-            else:
-                v = _define(ds, name)
-            v[:] = _to_cf(state[name])
+            if var.restart:
+                _define(ds, name)[:] = _to_cf(state[name])
     finally:
         ds.close()
     tmp.replace(path)  # a crash mid-write never leaves a half restart file

@@ -80,11 +80,17 @@ def test_blow_up_stops_and_keeps_the_last_good_state(oracle, tmp_path, capsys):
 
     from pompy.oracle.run import run_case
 
-    config = dataclasses.replace(load_config(CONFIGS / "seamount.nml"), dte=30.0, days=1.0)
+    config = dataclasses.replace(load_config(CONFIGS / "seamount.nml"), dte=10.5, days=1.0)
     with pytest.raises(CFLViolation) as info:
-        run_case(config, tmp_path, steps=200)
+        run_case(config, tmp_path, steps=200, chunk=5)
     err = info.value
+    assert err.iint == 7          # measured: dte=10.5 s (limit 7.23 s) fails at step 7,
+    #                               inside the second chunk, so the last good step is recomputed
     assert err.restart == tmp_path / "restart.nc" and "last good state" in str(err)
     saved, iint, _ = read_restart(err.restart)
     assert iint == err.iint - 1
     assert np.isfinite(saved["el"]).all() and np.abs(saved["vab"]).max() <= config.vmaxl
+    straight = new_state(config)              # the same steps in one go
+    run_steps(straight, config, 1, iint)
+    for name in ("el", "ua", "u", "t", "q2"):
+        np.testing.assert_array_equal(saved[name], straight[name], err_msg=name)

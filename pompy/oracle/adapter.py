@@ -42,7 +42,7 @@ POM2K_CALLS = {
 }
 
 _CALL = re.compile(r"^\s*(?:call\s+)?(\w+)\s*(?:\((.*)\))?\s*$")
-_DIMS = {"im", "jm", "kb"}
+_ARRAY = re.compile(r"^(\w+) : (?:input|in/output) rank-\d array\('d'\) with bounds \(([\w,]+)\)", re.M)
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Signature:
     args: tuple[str, ...]        # required arguments in order
     inout: frozenset[str]        # arrays the routine may write
     outputs: tuple[str, ...]     # scalars returned (intent(out))
+    bounds: dict                 # {array argument: its Fortran bounds, e.g. ("im", "jm")}
 
 
 def _parse_doc(name: str, doc: str) -> Signature:
@@ -63,7 +64,8 @@ def _parse_doc(name: str, doc: str) -> Signature:
     required = inner.split("[")[0]
     args = tuple(a.strip() for a in required.split(",") if a.strip())
     inout = frozenset(m.group(1) for m in re.finditer(r"^(\w+) : in/output", doc, re.M))
-    return Signature(name, args, inout, outputs)
+    bounds = {m.group(1): tuple(m.group(2).split(",")) for m in _ARRAY.finditer(doc)}
+    return Signature(name, args, inout, outputs, bounds)
 
 
 def parse_call(call: str) -> tuple[str, list[str]]:
@@ -99,11 +101,14 @@ class Oracle:
                              f"{dummies}, got {actuals}")
         return name, dict(zip(dummies, actuals))
 
-    def call(self, call: str, state: Mapping, params: Mapping | None = None) -> dict:
+    def call(self, call: str, state: Mapping, params: Mapping | None = None,
+             inplace: bool = False) -> dict:
         """Run one routine on a copy of ``state``; return what it wrote.
 
         The result maps state names to the arrays after the call (every
         array the routine may write) and scalar outputs to their values.
+        With ``inplace`` the routine writes the state's own arrays, which
+        must then be Fortran-ordered float64 (as pompy.oracle.run makes them).
         """
         params = params or {}
         name, binding = self.bind(call)
@@ -114,7 +119,8 @@ class Oracle:
             if source in state:
                 value = state[source]
                 if arg in sig.inout:
-                    value = np.array(value, dtype=np.float64, order="F", copy=True)
+                    if not inplace:
+                        value = np.array(value, dtype=np.float64, order="F", copy=True)
                     written[source] = value
             elif source in params:
                 value = params[source]

@@ -1,25 +1,23 @@
 """Run whole cases with the Fortran oracle: pom2k's set-up and main loop.
 
-``new_state(config)`` allocates every array the oracle's ``initialize`` and
-``run_steps`` take (shapes read from the f2py signatures, Fortran order) and
-runs pom2k's set-up; ``run_steps(state, config, first, last)`` advances the
+``new_state(config)`` allocates every variable of pompy.variables (Fortran
+order) and runs pom2k's set-up; ``run_steps(state, config, first, last)`` advances the
 state in place through internal steps ``first..last``.
 """
 from __future__ import annotations
 
 import dataclasses
-import re
 import time as _time
 from pathlib import Path
 
 import numpy as np
 
+from pompy import variables
 from pompy.config import Config, nint
-from pompy.oracle.build import load
+from pompy.oracle.adapter import Oracle
 
 # Open-boundary radiation factors of pom2k's bdry block (1 in both problems).
 BOUNDARY_FACTORS = {"rfe": 1.0, "rfw": 1.0, "rfn": 1.0, "rfs": 1.0}
-_BOUNDS = re.compile(r"^(\w+) : (?:input|in/output) rank-(\d) array\('d'\) with bounds \(([\w,]+)\)", re.M)
 
 
 class CFLViolation(RuntimeError):
@@ -36,14 +34,6 @@ class CFLViolation(RuntimeError):
         super().__init__(message)
 
 
-def array_shapes(routine: str, config: Config, module=None) -> dict[str, tuple[int, ...]]:
-    """{argument: shape} for every real array argument of an oracle routine."""
-    module = module or load()
-    dims = {"im": config.im, "jm": config.jm, "kb": config.kb}
-    return {name: tuple(dims[d] for d in bounds.split(","))
-            for name, _rank, bounds in _BOUNDS.findall(getattr(module, routine).__doc__)}
-
-
 def parameters(config: Config) -> dict:
     """Scalar arguments of the oracle routines, from the config."""
     params = dataclasses.asdict(config)
@@ -52,16 +42,26 @@ def parameters(config: Config) -> dict:
     return params
 
 
+_ORACLE = None
+
+
+def oracle() -> Oracle:
+    """The oracle, built and loaded once per process."""
+    global _ORACLE
+    if _ORACLE is None:
+        _ORACLE = Oracle()
+    return _ORACLE
+
+
 def new_state(config: Config) -> dict[str, np.ndarray]:
-    """pom2k's state after its set-up (iint = 0), as Fortran-ordered arrays."""
+    """pom2k's state after its set-up (iint = 0): every variable and work
+    array of pompy.variables, Fortran-ordered, as the oracle set it up."""
     if config.iproblem not in (1, 2):
         raise NotImplementedError(f"iproblem={config.iproblem}: the oracle sets up "
                                   "the seamount (1) and box (2) problems")
-    module = load()
-    shapes = array_shapes("run_steps", config, module)
-    shapes.update(array_shapes("initialize", config, module))
-    state = {name: np.zeros(shape, order="F") for name, shape in shapes.items()}
-    _call(module.initialize, state, parameters(config))
+    state = {name: np.zeros(variables.shape(name, config.im, config.jm, config.kb), order="F")
+             for name in (*variables.VARIABLES, *variables.WORK)}
+    oracle().call("initialize", state, parameters(config), inplace=True)
     return state
 
 
@@ -71,27 +71,11 @@ def run_steps(state: dict, config: Config, iint_first: int, iint_last: int,
 
     Raises CFLViolation (state left as pom2k leaves it) when vamax > vmaxl.
     """
-    module = load()
-    params = parameters(config)
-    params.update(iint_first=iint_first, iint_last=iint_last, time0=time0)
-    iint_done, vamax, imax, jmax = _call(module.run_steps, state, params)
-    if vamax > config.vmaxl:
-        raise CFLViolation(iint_done, vamax, imax, jmax, config.vmaxl)
-    return iint_done
-
-
-def _call(fn, state: dict, params: dict):
-    from pompy.oracle.adapter import _parse_doc
-    sig = _parse_doc(fn.__name__, fn.__doc__)
-    kwargs = {}
-    for arg in sig.args:
-        if arg in state:
-            kwargs[arg] = state[arg]
-        elif arg in params:
-            kwargs[arg] = params[arg]
-        else:
-            raise KeyError(f"oracle {fn.__name__}: no value for {arg!r}")
-    return fn(**kwargs)
+    params = dict(parameters(config), iint_first=iint_first, iint_last=iint_last, time0=time0)
+    out = oracle().call("run_steps", state, params, inplace=True)
+    if out["vamax"] > config.vmaxl:
+        raise CFLViolation(out["iint_done"], out["vamax"], out["imax"], out["jmax"], config.vmaxl)
+    return out["iint_done"]
 
 
 def print_steps(config: Config, first: int, last: int) -> list[int]:
@@ -109,9 +93,15 @@ def print_steps(config: Config, first: int, last: int) -> list[int]:
 
 
 def run_case(config: Config, output_dir: Path, steps: int | None = None,
-             restart: Path | None = None) -> dict:
+             restart: Path | None = None, chunk: int = 10) -> dict:
     """Run a case with the oracle: NetCDF output at pom2k's print steps and a
-    restart file at the end, or of the last good step when the run stops."""
+    restart file at the end, or of the last good step when the run stops.
+
+    The oracle runs ``chunk`` steps (or up to the next output step) per call;
+    the state at the start of each call is kept, so that after a blow-up the
+    last good step is recomputed from it (bit for bit) rather than copied
+    at every step.
+    """
     from tqdm import tqdm
 
     from pompy.io import OutputWriter, read_restart, write_restart
@@ -125,26 +115,30 @@ def run_case(config: Config, output_dir: Path, steps: int | None = None,
     last = (first - 1) + (steps if steps is not None else config.iend)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    writes = set(print_steps(config, first, last))
+    writes = print_steps(config, first, last)
+    stops = sorted(set(writes) | set(range(first - 1 + chunk, last, chunk)))
     days = lambda iint: config.dti * iint / 86400  # noqa: E731
     writer = OutputWriter(output_dir / "oracle_output.nc", config, state)
-    start = _time.perf_counter()
+    start, done = _time.perf_counter(), first - 1
     try:
-        with tqdm(total=last - first + 1, unit="step", desc=f"oracle {config.title}") as bar:
-            for iint in range(first, last + 1):
-                good = {k: v.copy() for k, v in state.items()}
+        with tqdm(total=last - done, unit="step", desc=f"oracle {config.title}") as bar:
+            for stop in stops:
+                kept = {k: v.copy() for k, v in state.items()}
                 try:
-                    run_steps(state, config, iint, iint)
+                    run_steps(state, config, done + 1, stop)
                 except CFLViolation as exc:
-                    path = write_restart(output_dir / "restart.nc", config, good, iint - 1,
-                                         days(iint - 1))
+                    if exc.iint - 1 > done:
+                        run_steps(kept, config, done + 1, exc.iint - 1)
+                    path = write_restart(output_dir / "restart.nc", config, kept, exc.iint - 1,
+                                         days(exc.iint - 1))
                     raise CFLViolation(exc.iint, exc.vamax, exc.imax, exc.jmax,
                                        config.vmaxl, restart=path) from None
-                if iint in writes:
-                    writer.write(state, iint, days(iint))
-                bar.set_postfix(days=f"{days(iint):.4f}",
+                if stop in writes:
+                    writer.write(state, stop, days(stop))
+                bar.set_postfix(days=f"{days(stop):.4f}",
                                 vamax=f"{np.abs(state['vaf']).max():.3g}")
-                bar.update()
+                bar.update(stop - done)
+                done = stop
     finally:
         writer.close()
     write_restart(output_dir / "restart.nc", config, state, last, days(last))
