@@ -66,7 +66,7 @@ def assert_fields_close(got: dict, want: dict, rtol: float, names=None, label: s
         g, w = np.asarray(got[name]), np.asarray(want[name])
         assert g.shape == w.shape, f"{label}: {name} shape {g.shape} != {w.shape}"
         errors[name] = e = relative_error(g, w)
-        if e > rtol:
+        if not e <= rtol:   # a NaN error fails too
             where = np.unravel_index(np.abs(g - w).argmax(), w.shape)
             failures.append(f"{name}: {e:.2e} at {tuple(int(x) + 1 for x in where)}")
     assert not failures, f"{label}: fields beyond {rtol:g} of their max magnitude: " + "; ".join(failures)

@@ -6,8 +6,8 @@ seamount, internal steps 1 and 2, external passes 1 and 5), load the state
 before the call, run the routine of the same name, and compare every array
 with the state after it (or before it, for arrays the call left as they
 were). Measured: the oracle reproduces every call to the last bit (error 0);
-the torch routines too, but for 1-ulp differences in dens and bcond(2)
-(at most 7.8e-17). The bar is 1e-13 of each field's magnitude.
+the torch routines too, but for a 1-ulp difference in dens (7.8e-17,
+torch's ``** 1.5``). The bar is 1e-13 of each field's magnitude.
 """
 import json
 

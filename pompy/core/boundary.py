@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, expand3, inside, shift
+from pompy.ops import X, Y, expand3, inside, over, shift, sqrt_rn
 
 
 class BcondOut(NamedTuple):
@@ -27,6 +27,27 @@ def _edges(a: Tensor, dim: int, first: Tensor, last: Tensor) -> Tensor:
     """``a`` with its first and last slabs along ``dim`` replaced."""
     n = a.size(dim)
     return torch.cat([first.unsqueeze(dim), a.narrow(dim, 1, n - 2), last.unsqueeze(dim)], dim)
+
+
+def _upstream(f: Tensor, old: Tensor, courant, inflow, vadv=(0., 0., 0., 0.)) -> Tensor:
+    """pom2k's upstream edges (bcond 4 and 6): ``old`` with the edges i = 1,
+    im (all j), then j = 1, jm (all i, overriding the corners) from ``f``.
+
+    courant, inflow and vadv are (east, west, north, south) slabs: the
+    Courant number u1, the boundary value inflow relaxes to, and the
+    vertical advection outflow subtracts. Inflow is u1 <= 0 east and north,
+    u1 >= 0 west and south; outflow takes the upstream difference."""
+    (ue, uw, un, us), (be, bw, bn, bs), (ve, vw, vn, vs) = courant, inflow, vadv
+    fe, fi = f[-1], f[-2]
+    east = torch.where(ue <= 0., fe - ue * (be - fe), fe - ue * (fe - fi) - ve)
+    fw, fi = f[0], f[1]
+    west = torch.where(uw >= 0., fw - uw * (fw - bw), fw - uw * (fi - fw) - vw)
+    a = _edges(old, X, west, east)
+    fn, fi = f[:, -1], f[:, -2]
+    north = torch.where(un <= 0., fn - un * (bn - fn), fn - un * (fn - fi) - vn)
+    fs, fi = f[:, 0], f[:, 1]
+    south = torch.where(us >= 0., fs - us * (fs - bs), fs - us * (fi - fs) - vs)
+    return _edges(a, Y, south, north)
 
 
 def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
@@ -61,10 +82,10 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
         elf = e * fsm
 
     elif idx == 2:
-        ua_e = ramp * (uabe + rfe * torch.sqrt(grav / h[im - 2]) * (el[im - 2] - ele))
-        ua_w = ramp * (uabw - rfw * torch.sqrt(grav / h[1]) * (el[1] - elw))
-        va_n = ramp * (vabn + rfn * torch.sqrt(grav / h[:, jm - 2]) * (el[:, jm - 2] - eln))
-        va_s = ramp * (vabs - rfs * torch.sqrt(grav / h[:, 1]) * (el[:, 1] - els))
+        ua_e = ramp * (uabe + rfe * sqrt_rn(over(grav, h[im - 2])) * (el[im - 2] - ele))
+        ua_w = ramp * (uabw - rfw * sqrt_rn(over(grav, h[1])) * (el[1] - elw))
+        va_n = ramp * (vabn + rfn * sqrt_rn(over(grav, h[:, jm - 2])) * (el[:, jm - 2] - eln))
+        va_s = ramp * (vabs - rfs * sqrt_rn(over(grav, h[:, 1])) * (el[:, 1] - els))
         # east and west (i = 1, 2, im), j = 2..jmm1
         ua1 = torch.cat([ua_w[None], ua_w[None], uaf[2:im - 1], ua_e[None]])
         uaf1 = inside(ua1, rest=uaf, j=(2, jm - 1))
@@ -83,7 +104,7 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
             return .25 * shift(a, Y, -1) + .5 * a + .25 * shift(a, Y, 1)
 
         us = smooth(u)
-        ga = torch.sqrt(h / hmax)
+        ga = sqrt_rn(h / hmax)
         ga_e = ga[im - 1][:, None]
         ga_w = ga[0][:, None]
         uf_e = ga_e * us[im - 2] + (1. - ga_e) * us[im - 1]
@@ -97,75 +118,38 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
         uf = inside(uf_b * expand3(dum), rest=uf, k=(1, kbm1))
         vf = inside(vf_b * expand3(dvm), rest=vf, k=(1, kbm1))
 
-    elif idx == 4:
-        # outflow adds vertical advection on k = 2..kbm1-1 only
-        vert = torch.zeros(kb, dtype=torch.bool, device=zz.device)
-        vert[1:kbm1 - 1] = True
-        dzz2 = shift(zz, 0, -1) - shift(zz, 0, 1)  # zz(k-1) - zz(k+1)
-
-        def kshift(a, offset):  # a(k+offset) in an (n, kb) edge slab
-            return shift(a, 1, offset)
-
-        def wterm(w2, dt2, f2):
-            # w2, f2: the (n, kb) slab one point inside the edge; dt2 its (n,) row
-            wm = .5 * (w2 + kshift(w2, 1)) * dti / (dzz2 * dt2[:, None])
-            return torch.where(vert, wm * (kshift(f2, -1) - kshift(f2, 1)), torch.zeros_like(wm))
-
-        def upstream(u1, f, f_in, f_out, outflow, vterm):
-            # outflow: upstream difference minus vertical advection; else inflow
-            return torch.where(outflow, f - u1 * f_out - vterm, f - u1 * f_in)
-
-        new = []
-        for f, old, fbe, fbw, fbn, fbs in ((t, uf, tbe, tbw, tbn, tbs),
-                                           (s, vf, sbe, sbw, sbn, sbs)):
-            # east and west, all j
-            u1 = 2. * u[im - 1] * dti / (dx[im - 1] + dx[im - 2])[:, None]
-            fe = upstream(u1, f[im - 1], fbe - f[im - 1], f[im - 1] - f[im - 2], u1 > 0.,
-                          wterm(w[im - 2], dt[im - 2], f[im - 2]))
-            u1 = 2. * u[1] * dti / (dx[0] + dx[1])[:, None]
-            fw = upstream(u1, f[0], f[0] - fbw, f[1] - f[0], u1 < 0.,
-                          wterm(w[1], dt[1], f[1]))
-            a = _edges(old, X, fw, fe)
-            # north and south, all i (the corners take these values)
-            u1 = 2. * v[:, jm - 1] * dti / (dy[:, jm - 1] + dy[:, jm - 2])[:, None]
-            fn = upstream(u1, f[:, jm - 1], fbn - f[:, jm - 1], f[:, jm - 1] - f[:, jm - 2],
-                          u1 > 0., wterm(w[:, jm - 2], dt[:, jm - 2], f[:, jm - 2]))
-            u1 = 2. * v[:, 1] * dti / (dy[:, 0] + dy[:, 1])[:, None]
-            fs = upstream(u1, f[:, 0], f[:, 0] - fbs, f[:, 1] - f[:, 0], u1 < 0.,
-                          wterm(w[:, 1], dt[:, 1], f[:, 1]))
-            a = _edges(a, Y, fs, fn)
-            new.append(inside(a * expand3(fsm), rest=old, k=(1, kbm1)))
-        uf, vf = new
-
     elif idx == 5:
         w = inside(w * expand3(fsm), rest=w, k=(1, kbm1))
 
-    elif idx == 6:
-        def east_west(f):
-            u1 = 2. * u[im - 1] * dti / (dx[im - 1] + dx[im - 2])[:, None]
-            fe = torch.where(u1 <= 0., f[im - 1] - u1 * (small - f[im - 1]),
-                             f[im - 1] - u1 * (f[im - 1] - f[im - 2]))
-            u1 = 2. * u[1] * dti / (dx[0] + dx[1])[:, None]
-            fw = torch.where(u1 >= 0., f[0] - u1 * (f[0] - small),
-                             f[0] - u1 * (f[1] - f[0]))
-            return fe, fw
+    elif idx in (4, 6):
+        # Courant numbers u1 at the east, west, north and south edges
+        courant = (2. * u[im - 1] * dti / (dx[im - 1] + dx[im - 2])[:, None],
+                   2. * u[1] * dti / (dx[0] + dx[1])[:, None],
+                   2. * v[:, jm - 1] * dti / (dy[:, jm - 1] + dy[:, jm - 2])[:, None],
+                   2. * v[:, 1] * dti / (dy[:, 0] + dy[:, 1])[:, None])
+        if idx == 4:
+            # outflow subtracts vertical advection on k = 2..kbm1-1 only,
+            # wm*(f(k-1) - f(k+1)) from the point one inside the edge
+            vert = torch.zeros(kb, dtype=torch.bool, device=zz.device)
+            vert[1:kbm1 - 1] = True
+            dzz2 = shift(zz, 0, -1) - shift(zz, 0, 1)  # zz(k-1) - zz(k+1)
+            wm = [.5 * (w2 + shift(w2, 1, 1)) * dti / (dzz2 * dt2[:, None])
+                  for w2, dt2 in ((w[im - 2], dt[im - 2]), (w[1], dt[1]),
+                                  (w[:, jm - 2], dt[:, jm - 2]), (w[:, 1], dt[:, 1]))]
 
-        def north_south(f):
-            u1 = 2. * v[:, jm - 1] * dti / (dy[:, jm - 1] + dy[:, jm - 2])[:, None]
-            fn = torch.where(u1 <= 0., f[:, jm - 1] - u1 * (small - f[:, jm - 1]),
-                             f[:, jm - 1] - u1 * (f[:, jm - 1] - f[:, jm - 2]))
-            u1 = 2. * v[:, 1] * dti / (dy[:, 0] + dy[:, 1])[:, None]
-            fs = torch.where(u1 >= 0., f[:, 0] - u1 * (f[:, 0] - small),
-                             f[:, 0] - u1 * (f[:, 1] - f[:, 0]))
-            return fn, fs
+            def vadv(f):
+                inner = (f[im - 2], f[1], f[:, jm - 2], f[:, 1])
+                return [torch.where(vert, m * (shift(g, 1, -1) - shift(g, 1, 1)), 0.)
+                        for m, g in zip(wm, inner)]
 
-        new = []
-        for f, old in ((q2, uf), (q2l, vf)):
-            fe, fw = east_west(f)
-            a = _edges(old, X, fw, fe)
-            fn, fs = north_south(f)
-            a = _edges(a, Y, fs, fn)
-            new.append(a * expand3(fsm) + 1.e-10)
-        uf, vf = new
+            # inflow relaxes to tb*/sb*; masked by fsm on k = 1..kbm1
+            uf, vf = [inside(_upstream(f, old, courant, fb, vadv(f)) * expand3(fsm),
+                             rest=old, k=(1, kbm1))
+                      for f, old, fb in ((t, uf, (tbe, tbw, tbn, tbs)),
+                                         (s, vf, (sbe, sbw, sbn, sbs)))]
+        else:
+            # inflow relaxes to small, all k; then f*fsm + 1e-10
+            uf, vf = [_upstream(f, old, courant, (small,) * 4) * expand3(fsm) + 1.e-10
+                      for f, old in ((q2, uf), (q2l, vf))]
 
     return BcondOut(elf, uaf, vaf, uf, vf, w)

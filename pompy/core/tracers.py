@@ -169,12 +169,12 @@ def smol_adif(dti2, dzz, dt, aru, arv, fsm, xmassflux, ymassflux, zwflux, ff, sw
     zero = torch.zeros_like(ff)
 
     def antidiffusion(flux, f0, f1, second_order):
-        # f0 upstream-side neighbour, f1 the point itself; mol uses (f1 - f0)
+        # f0, f1 the two neighbours: mol = (f1 - f0) / (f0 + f1 + epsilon)
         below = (f1 < value_min) | (f0 < value_min)
         first = flux.abs()
         mol = (f1 - f0) / (f0 + f1 + epsilon)
         anti = (first - second_order) * mol * sw
-        anti = torch.where(first.abs() < second_order.abs(), zero, anti)
+        anti = torch.where(first < second_order.abs(), zero, anti)
         return torch.where(below, zero, anti)
 
     ffm_x = shift(ff, X, -1)
@@ -188,12 +188,7 @@ def smol_adif(dti2, dzz, dt, aru, arv, fsm, xmassflux, ymassflux, zwflux, ff, sw
     ymassflux = inside(ynew, rest=ymassflux, i=(2, imm1), j=(2, jm), k=(1, kbm1))
 
     # vertical: mol = (ff(k-1) - ff(k)) / (ff(k) + ff(k-1) + epsilon)
-    ffm_z = shift(ff, Z, -1)
     w2dt = dti2 * zwflux * zwflux / (levels(shift(dzz, 0, -1)) * DT)
-    below = (ff < value_min) | (ffm_z < value_min)
-    wdz = zwflux.abs()
-    mol = (ffm_z - ff) / (ff + ffm_z + epsilon)
-    znew = torch.where(wdz.abs() < w2dt.abs(), zero, (wdz - w2dt) * mol * sw)
-    znew = torch.where(below, zero, znew)
+    znew = antidiffusion(zwflux, ff, shift(ff, Z, -1), w2dt)
     zwflux = inside(znew, rest=zwflux, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
     return SmolAdifOut(xmassflux, ymassflux, zwflux, ff)

@@ -134,8 +134,9 @@ def proft(dti2, umol, ntp, z, dz, dzz, h, etf, swrad, kh, a, c, ee, gg, f,
 
 
 def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
-            ee, gg, tps, vel):
-    """profu (dim X) or profv (dim Y): everything but the bottom speed's stencil."""
+            ee, gg, tps, vel, wbot):
+    """profu (dim X) or profv (dim Y): everything but the bottom speed's
+    stencil; returns (a, c, ee, gg, tps, vel, wbot) as pom2k leaves them."""
     im, jm, kb = vel.shape
     kbm1, kbm2 = kb - 1, kb - 2
     # dh at the velocity point, i = 2..im, j = 2..jm; 1 elsewhere
@@ -158,8 +159,8 @@ def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
     for ki in range(kbm2, 0, -1):                  # ki = kbm2..1
         vl.insert(0, inside((eel[ki - 1] * vl[0] + ggl[ki - 1]) * mask,
                             vel[:, :, ki - 1], **ij))
-    return a, c, _levels_then(eel, ee), _levels_then(ggl, gg), tps, _levels_then(vl, vel), \
-        -tps * vl[-1]
+    return (a, c, _levels_then(eel, ee), _levels_then(ggl, gg), tps, _levels_then(vl, vel),
+            inside(-tps * vl[-1], wbot, **ij))
 
 
 def profu(dti2, umol, dz, dzz, h, etf, km, cbc, dum, wusurf, ub, vb, a, c, ee, gg,
@@ -176,10 +177,8 @@ def profu(dti2, umol, dz, dzz, h, etf, km, cbc, dum, wusurf, ub, vb, a, c, ee, g
     u, v = ub[:, :, kbm1 - 1], vb[:, :, kbm1 - 1]
     vi = shift(v, X, -1)
     speed = sqrt_rn(u ** 2 + (.25 * (v + shift(v, Y, 1) + vi + shift(vi, Y, 1))) ** 2)
-    a, c, ee, gg, tps, uf, bot = _profuv(X, dti2, umol, dz, dzz, h, etf, km, cbc, dum,
-                                         wusurf, speed, a, c, ee, gg, tps, uf)
-    wubot = inside(bot, wubot, i=(2, uf.size(0) - 1), j=(2, uf.size(1) - 1))
-    return ProfuOut(a=a, c=c, ee=ee, gg=gg, tps=tps, uf=uf, wubot=wubot)
+    return ProfuOut(*_profuv(X, dti2, umol, dz, dzz, h, etf, km, cbc, dum, wusurf, speed,
+                             a, c, ee, gg, tps, uf, wubot))
 
 
 def profv(dti2, umol, dz, dzz, h, etf, km, cbc, dvm, wvsurf, ub, vb, a, c, ee, gg,
@@ -194,7 +193,5 @@ def profv(dti2, umol, dz, dzz, h, etf, km, cbc, dvm, wvsurf, ub, vb, a, c, ee, g
     u, v = ub[:, :, kbm1 - 1], vb[:, :, kbm1 - 1]
     uj = shift(u, Y, -1)
     speed = sqrt_rn((.25 * (u + shift(u, X, 1) + uj + shift(uj, X, 1))) ** 2 + v ** 2)
-    a, c, ee, gg, tps, vf, bot = _profuv(Y, dti2, umol, dz, dzz, h, etf, km, cbc, dvm,
-                                         wvsurf, speed, a, c, ee, gg, tps, vf)
-    wvbot = inside(bot, wvbot, i=(2, vf.size(0) - 1), j=(2, vf.size(1) - 1))
-    return ProfvOut(a=a, c=c, ee=ee, gg=gg, tps=tps, vf=vf, wvbot=wvbot)
+    return ProfvOut(*_profuv(Y, dti2, umol, dz, dzz, h, etf, km, cbc, dvm, wvsurf, speed,
+                             a, c, ee, gg, tps, vf, wvbot))
