@@ -33,8 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run_cmd = commands.add_parser("run", help="run a case")
     add_config_arguments(run_cmd)
-    run_cmd.add_argument("--core", choices=sorted(CORES), default="oracle",
-                         help="which model runs it (default: oracle)")
+    run_cmd.add_argument("--core", choices=CORES, default="explicit",
+                         help="the torch core (explicit, default) or the Fortran oracle")
+    run_cmd.add_argument("--device", default="cpu", help="torch device of the explicit core: cpu, cuda, cuda:N")
+    run_cmd.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                         help="precision of the explicit core (default float64)")
+    run_cmd.add_argument("--no-cfl-check", action="store_true",
+                         help="let a dte at or above the external CFL limit through (the run will blow up)")
     run_cmd.add_argument("--output", type=Path, help="output folder (default: output/<config name>)")
     run_cmd.add_argument("--steps", type=positive_int, help="internal steps to run (default: the config's iend)")
     run_cmd.add_argument("--restart", type=Path, metavar="FILE",
@@ -88,25 +93,29 @@ def setup(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_oracle(config: Config, output_dir: Path, steps: int | None, restart: Path | None = None) -> None:
-    from pompy.oracle.run import run_case
-
-    run_case(config, output_dir, steps, restart=restart)
-
-
-CORES = {"oracle": run_oracle}  # --core NAME -> runner(config, output_dir, steps, restart)
+CORES = ("explicit", "oracle")
 
 
 def run(args: argparse.Namespace) -> int:
-    from pompy.oracle.run import CFLViolation
+    from pompy.run import ModelStop, run_case
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, args.set, check_cfl=not args.no_cfl_check)
     output = args.output or Path("output") / args.config.stem
+    restart = args.restart
+    if restart is None and config.nread == 1:
+        restart = output / f"{args.core}_restart.nc"
+    if restart is not None and not Path(restart).exists():
+        print(f"pompy run: restart file {restart} does not exist", file=sys.stderr)
+        return 2
     try:
-        CORES[args.core](config, output, args.steps, args.restart)
-    except CFLViolation as exc:
+        run_case(config, output, core=args.core, steps=args.steps, restart=restart,
+                 device=args.device, dtype=args.dtype)
+    except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3
+    except ValueError as exc:
+        print(f"pompy run: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

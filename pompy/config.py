@@ -237,6 +237,19 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
 }
 
 
+# Open-boundary radiation factors of pom2k's bdry block (1 in every problem).
+BOUNDARY_FACTORS = {"rfe": 1.0, "rfw": 1.0, "rfn": 1.0, "rfs": 1.0}
+
+
+def parameters(config: Config) -> dict:
+    """The scalars the model routines take, by pom2k name: every parameter,
+    the derived time steps and the boundary factors (ramp=1 until a step sets it)."""
+    params = dataclasses.asdict(config)
+    params.update(BOUNDARY_FACTORS, lramp=int(config.lramp), dti=config.dti,
+                  dti2=config.dti2, dte2=config.dte2, ramp=1.0)
+    return params
+
+
 def validate(config: Config) -> None:
     """pom2k's static limits on each parameter (Config runs this when it is made)."""
     for name, (allowed, what) in _RULES.items():
@@ -303,9 +316,12 @@ def parse_overrides(overrides: Mapping[str, Any] | Iterable[str] | None) -> dict
     return values
 
 
-def load_config(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> Config:
-    """The Config of a namelist file with overrides applied, checked (including external CFL)."""
+def load_config(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None,
+                check_cfl: bool = True) -> Config:
+    """The Config of a namelist file with overrides applied, checked (the
+    external CFL limit too, unless ``check_cfl`` is False)."""
     values = read_namelist(path) | parse_overrides(overrides)
     config = Config.from_dict(values)
-    check_external_cfl(config)
+    if check_cfl:
+        check_external_cfl(config)
     return config

@@ -17,7 +17,7 @@ import torch
 from hypothesis import strategies as st
 
 from pompy.config import Config
-from pompy.oracle.run import parameters
+from pompy.config import parameters
 
 TWO_D = ("el elb elf et etb etf egf egb d ua uab uaf va vab vaf utb utf vtb vtf "
          "adx2d ady2d drx2d dry2d aam2d advua advva fluxua fluxva wubot wvbot "

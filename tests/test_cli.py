@@ -18,14 +18,34 @@ def test_bad_config_exits_2_with_the_message(capsys):
     assert capsys.readouterr().err == "pompy: unknown parameter 'dtee'; did you mean 'dte'?\n"
 
 
-def test_run_passes_config_output_and_steps(monkeypatch, tmp_path):
+def test_run_passes_config_output_steps_core_device_dtype(monkeypatch, tmp_path):
+    import pompy.run
+
     calls = []
-    monkeypatch.setitem(cli.CORES, "oracle", lambda *args: calls.append(args))
-    assert cli.main(["run", SEAMOUNT, "--steps", "3", "--output", str(tmp_path)]) == 0
-    (config, output, steps, restart), = calls
-    assert (config.im, output, steps, restart) == (65, tmp_path, 3, None)
-    cli.main(["run", SEAMOUNT])
-    assert calls[1][1:] == (Path("output/seamount"), None, None)
+    monkeypatch.setattr(pompy.run, "run_case", lambda config, output, **kw: calls.append((config, output, kw)))
+    assert cli.main(["run", SEAMOUNT, "--steps", "3", "--output", str(tmp_path), "--core", "oracle"]) == 0
+    (config, output, kw), = calls
+    assert (config.im, output) == (65, tmp_path)
+    assert kw == dict(core="oracle", steps=3, restart=None, device="cpu", dtype="float64")
+    cli.main(["run", SEAMOUNT, "--dtype", "float32"])
+    assert calls[1][1] == Path("output/seamount")
+    assert calls[1][2] == dict(core="explicit", steps=None, restart=None, device="cpu", dtype="float32")
+
+
+def test_cfl_violating_dte_needs_the_explicit_override(monkeypatch, capsys):
+    import pompy.run
+
+    calls = []
+    monkeypatch.setattr(pompy.run, "run_case", lambda config, output, **kw: calls.append(config))
+    assert cli.main(["run", SEAMOUNT, "--set", "dte=10.5"]) == 2
+    assert "breaks the external CFL limit" in capsys.readouterr().err and not calls
+    assert cli.main(["run", SEAMOUNT, "--set", "dte=10.5", "--no-cfl-check"]) == 0
+    assert calls[0].dte == 10.5
+
+
+def test_nread_1_without_a_restart_file_is_an_error(tmp_path, capsys):
+    assert cli.main(["run", SEAMOUNT, "--set", "nread=1", "--output", str(tmp_path)]) == 2
+    assert "explicit_restart.nc does not exist" in capsys.readouterr().err
 
 
 def test_setup_without_gfortran_and_root_prints_the_command(monkeypatch, capsys):

@@ -9,7 +9,7 @@ SEAMOUNT = str(Path(__file__).parents[1] / "configs" / "seamount.nml")
 
 
 def test_compare_finds_the_perturbed_field_and_record(oracle, tmp_path, capsys):
-    assert main(["run", SEAMOUNT, "--output", str(tmp_path / "a")]) == 0
+    assert main(["run", SEAMOUNT, "--output", str(tmp_path / "a"), "--core", "oracle"]) == 0
     a = tmp_path / "a" / "oracle_output.nc"
     assert main(["compare", str(a), str(a)]) == 0
     assert "all within" in capsys.readouterr().out

@@ -17,7 +17,7 @@ import pompy.core
 from conftest import GOLDEN, assert_fields_close, load_golden, require_golden
 from oracle_compare import torch_call
 from pompy.config import Config
-from pompy.oracle.run import parameters
+from pompy.config import parameters
 
 RTOL = 1e-13
 

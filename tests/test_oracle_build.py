@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pompy.oracle import build as oracle_build
-from pompy.oracle.adapter import parse_call
+from pompy.calls import parse_call
 
 
 @pytest.fixture

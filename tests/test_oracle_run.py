@@ -9,7 +9,8 @@ from pompy import variables
 from pompy.cli import main
 from pompy.config import load_config
 from pompy.io import read_restart, write_restart
-from pompy.oracle.run import CFLViolation, new_state, run_steps
+from pompy.oracle.run import new_state, run_steps
+from pompy.run import CFLViolation
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 
@@ -25,7 +26,7 @@ def test_pompy_run_writes_cf_netcdf_readable_by_xarray(oracle, tmp_path):
     assert ds["el"].dims == ("time", "y", "x") and ds["el"].attrs["units"] == "m"
     assert ds["u"].attrs["units"] == "m s-1" and "x velocity" in ds["u"].attrs["long_name"]
     assert set(variables.names(kind="prognostic", output=True)) <= set(ds.data_vars)
-    restart, iint, _ = read_restart(tmp_path / "restart.nc")
+    restart, iint, _ = read_restart(tmp_path / "oracle_restart.nc")
     assert iint == 12             # the output's last record is the restart state
     np.testing.assert_array_equal(ds["t"].values[-1].T, restart["t"])
 
@@ -48,12 +49,12 @@ def test_restart_continues_bit_for_bit(oracle, tmp_path):
 def test_cli_restart_continues_the_run(oracle, tmp_path):
     first, second, whole = tmp_path / "a", tmp_path / "b", tmp_path / "w"
     nml = str(CONFIGS / "seamount.nml")
-    assert main(["run", nml, "--steps", "4", "--output", str(whole)]) == 0
-    assert main(["run", nml, "--steps", "2", "--output", str(first)]) == 0
-    assert main(["run", nml, "--steps", "2", "--output", str(second),
-                 "--restart", str(first / "restart.nc")]) == 0
-    a, ia, _ = read_restart(second / "restart.nc")
-    b, ib, _ = read_restart(whole / "restart.nc")
+    assert main(["run", nml, "--core", "oracle", "--steps", "4", "--output", str(whole)]) == 0
+    assert main(["run", nml, "--core", "oracle", "--steps", "2", "--output", str(first)]) == 0
+    assert main(["run", nml, "--core", "oracle", "--steps", "2", "--output", str(second),
+                 "--restart", str(first / "oracle_restart.nc")]) == 0
+    a, ia, _ = read_restart(second / "oracle_restart.nc")
+    b, ib, _ = read_restart(whole / "oracle_restart.nc")
     assert ia == ib == 4
     for name in ("el", "u", "t", "q2l", "km"):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
@@ -72,21 +73,23 @@ def test_velocity_check_names_step_field_and_location(oracle):
     assert "iint=1" in str(err) and "vaf" in str(err) and f"({i + 1}, {j + 1})" in str(err)
 
 
-def test_blow_up_stops_and_keeps_the_last_good_state(oracle, tmp_path, capsys):
+def test_blow_up_stops_and_keeps_the_last_good_state(oracle, tmp_path, monkeypatch):
     """A dte past the CFL limit, let through by an explicit override of the
     check, blows up; the run stops naming step, field and place and leaves a
     restart of the last good step."""
     import dataclasses
 
-    from pompy.oracle.run import run_case
+    from pompy.oracle.run import OracleModel
+    from pompy.run import run_case
 
+    monkeypatch.setattr(OracleModel, "chunk", 5)
     config = dataclasses.replace(load_config(CONFIGS / "seamount.nml"), dte=10.5, days=1.0)
     with pytest.raises(CFLViolation) as info:
-        run_case(config, tmp_path, steps=200, chunk=5)
+        run_case(config, tmp_path, core="oracle", steps=200, progress=False)
     err = info.value
     assert err.iint == 7          # measured: dte=10.5 s (limit 7.23 s) fails at step 7,
     #                               inside the second chunk, so the last good step is recomputed
-    assert err.restart == tmp_path / "restart.nc" and "last good state" in str(err)
+    assert err.restart == tmp_path / "oracle_restart.nc" and "last good state" in str(err)
     saved, iint, _ = read_restart(err.restart)
     assert iint == err.iint - 1
     assert np.isfinite(saved["el"]).all() and np.abs(saved["vab"]).max() <= config.vmaxl

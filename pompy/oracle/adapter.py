@@ -15,33 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pompy.calls import bind, literal
 from pompy.oracle.build import load
 
-# pom2k's dummy arguments, for the routines that take any (the rest of each
-# oracle routine's arguments are pom2k common-block names).
-POM2K_DUMMIES = {
-    "advct": ("xflux", "yflux", "curv"),
-    "advave": ("curv2d",),
-    "advq": ("qb", "q", "qf", "xflux", "yflux"),
-    "advt1": ("fb", "f", "fclim", "ff", "xflux", "yflux"),
-    "advt2": ("fb", "f", "fclim", "ff", "xflux", "yflux", "nitera", "sw"),
-    "bcond": ("idx",),
-    "dens": ("si", "ti", "rhoo"),
-    "profq": ("a", "c", "dh", "dtef"),  # pom2k: sm, sh, dh, cc (aliases)
-    "proft": ("f", "wfsurf", "fsurf", "nbc", "dh"),
-    "vertvl": ("xflux", "yflux"),
-}
-
-# The calls as pom2k's main program makes them, used when only a name is given.
-POM2K_CALLS = {
-    "advct": "advct(a,c,ee)",
-    "advave": "advave(tps)",
-    "vertvl": "vertvl(a,c)",
-    "profq": "profq(a,c,tps,dtef)",
-    "dens": "dens(s,t,rho)",
-}
-
-_CALL = re.compile(r"^\s*(?:call\s+)?(\w+)\s*(?:\((.*)\))?\s*$")
 _ARRAY = re.compile(r"^(\w+) : (?:input|in/output) rank-\d array\('d'\) with bounds \(([\w,]+)\)", re.M)
 
 
@@ -68,15 +44,6 @@ def _parse_doc(name: str, doc: str) -> Signature:
     return Signature(name, args, inout, outputs, bounds)
 
 
-def parse_call(call: str) -> tuple[str, list[str]]:
-    """``'call advq(q2b,q2,uf,a,c)'`` -> ``('advq', ['q2b','q2','uf','a','c'])``."""
-    m = _CALL.match(call)
-    if not m:
-        raise ValueError(f"cannot parse oracle call {call!r}")
-    name, actuals = m.group(1), m.group(2)
-    return name, [a.strip() for a in actuals.split(",")] if actuals else []
-
-
 class Oracle:
     """The compiled Fortran oracle, called with pom2k-named state dicts."""
 
@@ -94,12 +61,7 @@ class Oracle:
 
     def bind(self, call: str) -> tuple[str, dict[str, str]]:
         """Routine name and {dummy argument: actual name or literal}."""
-        name, actuals = parse_call(POM2K_CALLS.get(call.strip(), call))
-        dummies = POM2K_DUMMIES.get(name, ())
-        if actuals and len(actuals) != len(dummies):
-            raise ValueError(f"{name} takes {len(dummies)} pom2k arguments "
-                             f"{dummies}, got {actuals}")
-        return name, dict(zip(dummies, actuals))
+        return bind(call)
 
     def call(self, call: str, state: Mapping, params: Mapping | None = None,
              inplace: bool = False) -> dict:
@@ -124,8 +86,8 @@ class Oracle:
                     written[source] = value
             elif source in params:
                 value = params[source]
-            elif _is_number(source):
-                value = float(source) if "." in source or "e" in source.lower() else int(source)
+            elif literal(source) is not None:
+                value = literal(source)
             else:
                 raise KeyError(f"oracle {name}: no value for argument {arg!r}"
                                + (f" (bound to {source!r})" if source != arg else "")
@@ -137,11 +99,3 @@ class Oracle:
             written.update(zip(sig.outputs, (v.item() if hasattr(v, "item") else v
                                              for v in values)))
         return written
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

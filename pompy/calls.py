@@ -1,0 +1,62 @@
+"""pom2k call strings, shared by the oracle adapter and the torch core.
+
+A call is written as pom2k's main program writes it, e.g.
+``advq(q2b,q2,uf,a,c)``: the actual arguments bind to the routine's pom2k
+dummy arguments (``qb,q,qf,xflux,yflux``); every other argument of the
+routine is a pom2k common-block name, looked up by that name.
+"""
+from __future__ import annotations
+
+import re
+
+# pom2k's dummy arguments, for the routines that take any.
+POM2K_DUMMIES = {
+    "advct": ("xflux", "yflux", "curv"),
+    "advave": ("curv2d",),
+    "advq": ("qb", "q", "qf", "xflux", "yflux"),
+    "advt1": ("fb", "f", "fclim", "ff", "xflux", "yflux"),
+    "advt2": ("fb", "f", "fclim", "ff", "xflux", "yflux", "nitera", "sw"),
+    "bcond": ("idx",),
+    "dens": ("si", "ti", "rhoo"),
+    "profq": ("a", "c", "dh", "dtef"),  # pom2k: sm, sh, dh, cc (aliases)
+    "proft": ("f", "wfsurf", "fsurf", "nbc", "dh"),
+    "vertvl": ("xflux", "yflux"),
+}
+
+# The calls as pom2k's main program makes them, used when only a name is given.
+POM2K_CALLS = {
+    "advct": "advct(a,c,ee)",
+    "advave": "advave(tps)",
+    "vertvl": "vertvl(a,c)",
+    "profq": "profq(a,c,tps,dtef)",
+    "dens": "dens(s,t,rho)",
+}
+
+_CALL = re.compile(r"^\s*(?:call\s+)?(\w+)\s*(?:\((.*)\))?\s*$")
+
+
+def parse_call(call: str) -> tuple[str, list[str]]:
+    """``'call advq(q2b,q2,uf,a,c)'`` -> ``('advq', ['q2b','q2','uf','a','c'])``."""
+    m = _CALL.match(call)
+    if not m:
+        raise ValueError(f"cannot parse pom2k call {call!r}")
+    name, actuals = m.group(1), m.group(2)
+    return name, [a.strip() for a in actuals.split(",")] if actuals else []
+
+
+def bind(call: str) -> tuple[str, dict[str, str]]:
+    """Routine name and {dummy argument: actual name or literal}."""
+    name, actuals = parse_call(POM2K_CALLS.get(call.strip(), call))
+    dummies = POM2K_DUMMIES.get(name, ())
+    if actuals and len(actuals) != len(dummies):
+        raise ValueError(f"{name} takes {len(dummies)} pom2k arguments {dummies}, got {actuals}")
+    return name, dict(zip(dummies, actuals))
+
+
+def literal(text: str) -> int | float | None:
+    """The number an actual argument spells (``1``, ``.5d0``), else None."""
+    try:
+        value = float(text.lower().replace("d", "e"))
+    except ValueError:
+        return None
+    return int(text) if re.fullmatch(r"[+-]?\d+", text.strip()) else value

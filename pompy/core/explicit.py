@@ -1,0 +1,201 @@
+"""ExplicitCore: pom2k's main program in torch, as the oracle's run_steps.
+
+    core = ExplicitCore(config, device="cpu", dtype=torch.float64)
+    core.run_initialization()          # pom2k's set-up, iint = 0
+    core.run_time_loop()               # iint = core.iint+1 .. core.iend
+
+Every variable of pompy.variables is an attribute (``core.u``, ``core.el``)
+and an entry of ``core.state``. The set-up is computed on the CPU in
+float64, then moved to the core's device and dtype, so a float32 or CUDA
+run starts from the same initial state as the float64 CPU run.
+
+After every internal step the core reads one detached value pair from the
+device (vamax and whether every prognostic field is finite) to decide
+whether to stop: pom2k stops after a step whose external velocity exceeds
+vmaxl; pompy also stops on a NaN or infinity, which pom2k's check misses.
+Either stop raises :class:`pompy.run.ModelStop` with the state of the last
+good step, which the time loop never writes in place.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from pompy import variables
+from pompy.config import Config, parameters
+from pompy.core import stepping
+from pompy.core.stepping import run
+from pompy.ops import X, Y, inside, shift
+from pompy.run import CFLViolation, ModelStop, NonFiniteState, progress_update
+
+# The fields the time loop advances or that a caller may set as inputs
+# (initial conditions, forcing): cloned at loop entry so that a leaf tensor
+# with requires_grad can be given as any of them.
+LOOP_INPUTS = tuple(variables.names("prognostic") + variables.names("forcing")
+                    + ["w", "rho", "km", "kh", "kq", "l", "aam", "d", "dt"])
+
+
+class ExplicitCore:
+    """pom2k, vectorised in torch: same routines, same order, same numbers."""
+
+    def __init__(self, config: Config, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float64):
+        if dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
+        object.__setattr__(self, "state", {})
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.params = parameters(config)
+        self.iint = 0
+        self.time0 = 0.0
+        self.time = 0.0
+        self.iend = config.iend
+        self.generation_fast_path = False
+        self.last_good: dict | None = None
+        self.vamax = 0.0
+
+    # pom2k names as attributes: core.u is core.state["u"]
+    def __getattr__(self, name):
+        state = self.__dict__.get("state", {})
+        if name in state:
+            return state[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        if name in variables.VARIABLES or name in variables.WORK:
+            self.state[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    # ------------------------------------------------------------ set-up
+    def _zeros(self) -> dict:
+        c = self.config
+        return {name: torch.zeros(variables.shape(name, c.im, c.jm, c.kb), dtype=torch.float64)
+                for name in (*variables.VARIABLES, *variables.WORK)}
+
+    def run_initialization(self) -> None:
+        """pom2k's set-up (iint = 0), computed on the CPU in float64."""
+        self.load_state(stepping.initialize(self._zeros(), self.params), iint=0)
+
+    def load_state(self, arrays: dict, iint: int, time0: float = 0.0) -> None:
+        """Set the state from arrays by pom2k name (numpy or torch, pom2k
+        order), e.g. a restart file or a golden state; names not given are
+        zero. The next step is iint+1."""
+        c = self.config
+        state = {}
+        for name in (*variables.VARIABLES, *variables.WORK):
+            shape = variables.shape(name, c.im, c.jm, c.kb)
+            value = arrays.get(name)
+            if value is None:
+                state[name] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+                continue
+            value = torch.as_tensor(np.ascontiguousarray(value) if isinstance(value, np.ndarray)
+                                    else value)
+            if tuple(value.shape) != shape:
+                raise ValueError(f"{name}: shape {tuple(value.shape)} does not fit the config's "
+                                 f"grid (expected {shape} for im={c.im}, jm={c.jm}, kb={c.kb})")
+            state[name] = value.detach().to(device=self.device, dtype=self.dtype).clone()
+        object.__setattr__(self, "state", state)
+        cor = state["cor"]
+        # inertial period (days) for the forcing ramp
+        self.period = (2.0 * math.pi) / abs(float(cor[c.im // 2 - 1, c.jm // 2 - 1])) / 86400.0 \
+            if float(cor[c.im // 2 - 1, c.jm // 2 - 1]) != 0 else math.inf
+        self.iint, self.time0 = iint, time0
+        self.time = c.dti * iint / 86400.0 + time0
+        self.last_good = None
+
+    def numpy_state(self) -> dict[str, np.ndarray]:
+        """Every variable as a float64 numpy array in pom2k (Fortran) order."""
+        return {name: np.asfortranarray(t.detach().to("cpu", torch.float64).numpy())
+                for name, t in self.state.items()}
+
+    # ------------------------------------------------------------ time loop
+    def run_time_loop(self, callback: Callable[[ExplicitCore], None] | None = None) -> None:
+        """pom2k's main loop for iint = self.iint+1 .. self.iend; ``callback(core)``
+        after each step. Raises ModelStop on a velocity or NaN blow-up."""
+        if not self.state:
+            raise RuntimeError("run_initialization() (or load_state) must come before run_time_loop()")
+        if not self.generation_fast_path:
+            # leaf tensors (initial conditions with requires_grad) become
+            # intermediates, so the loop may rebind them freely
+            for name in LOOP_INPUTS:
+                self.state[name] = self.state[name].clone()
+        for iint in range(self.iint + 1, self.iend + 1):
+            self.step(iint)
+            if callback is not None:
+                callback(self)
+
+    def step(self, iint: int) -> None:
+        """Internal step iint, as one pass of pom2k's main loop."""
+        c, s = self.config, dict(self.state)
+        good = self.state
+        time = c.dti * float(iint) / 86400.0 + self.time0
+        ramp = min(time / self.period, 1.0) if c.lramp else 1.0
+        p = dict(self.params, ramp=ramp)
+        isplit = c.isplit
+        run(s, p, "surface_forcing")
+        # 3-D terms of the external mode; in mode 2 the initial aam2d is kept
+        if c.mode != 2:
+            run(s, p, "advct(a,c,ee)", "baropg", "smagorinsky", "vertical_averages")
+        d, ua, va = s["d"], s["ua"], s["va"]
+        isp2i = 1.0 / (2.0 * float(isplit))
+        s["egf"] = s["el"] * (1.0 / float(isplit))
+        s["utf"] = inside(ua * (d + shift(d, X, -1)) * isp2i, s["utf"], i=(2, c.im))
+        s["vtf"] = inside(va * (d + shift(d, Y, -1)) * isp2i, s["vtf"], j=(2, c.jm))
+        for iext in range(1, isplit + 1):
+            s = stepping.external_step(s, dict(p, iext=iext))
+        vamax, finite = self._check(s)
+        if vamax <= c.vmaxl and finite:
+            if (iint != 1 or self.time0 != 0.0) and c.mode != 2:
+                s = stepping.internal_step(s, p)
+            s["egb"], s["etb"], s["et"] = s["egf"].clone(), s["et"].clone(), s["etf"].clone()
+            s["dt"] = s["h"] + s["et"]
+            s["utb"], s["vtb"], s["vfluxb"] = s["utf"].clone(), s["vtf"].clone(), s["vfluxf"].clone()
+            vamax, finite = self._check(s)
+        for key in ("vamax", "imax", "jmax"):
+            s.pop(key, None)
+        object.__setattr__(self, "state", s)
+        self.iint, self.time = iint, time
+        if vamax > c.vmaxl or not finite:
+            self.last_good = good
+            if not finite:
+                raise NonFiniteState(iint, *self._first_non_finite(), restart=None)
+            imax, jmax = self._vaf_location(s)
+            raise CFLViolation(iint, vamax, imax, jmax, c.vmaxl)
+
+    def _check(self, s: dict) -> tuple[float, bool]:
+        """(vamax, every prognostic field finite), one read from the device."""
+        finite = torch.stack([torch.isfinite(s[n]).all() for n in variables.names("prognostic")]).all()
+        both = torch.stack([s["vamax"].to(torch.float64), finite.to(torch.float64)]).tolist()
+        self.vamax = both[0]
+        return both[0], bool(both[1])
+
+    def _vaf_location(self, s: dict) -> tuple[int, int]:
+        _, imax, jmax = stepping._vel_check(s["vaf"])
+        return int(imax), int(jmax)
+
+    def _first_non_finite(self) -> tuple[str, tuple[int, ...]]:
+        for name in variables.names("prognostic") + ["vaf", "uaf", "elf"]:
+            bad = ~torch.isfinite(self.state[name])
+            if bool(bad.any()):
+                where = torch.nonzero(bad)[0].tolist()
+                return name, tuple(int(x) + 1 for x in where)
+        return "vaf", (0, 0)
+
+    # ------------------------------------------------------------ pompy.run interface
+    name = "explicit"
+
+    def advance(self, last: int, bar=None) -> None:
+        """Steps iint+1..last (pompy.run's model interface); on a stop the
+        exception carries the last good state as numpy arrays."""
+        self.iend = last
+        try:
+            self.run_time_loop(lambda core: progress_update(bar, core.iint, core.config, core.vamax))
+        except ModelStop as exc:
+            exc.last_good = {name: np.asfortranarray(t.detach().to("cpu", torch.float64).numpy())
+                             for name, t in self.last_good.items()}
+            raise
