@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from pompy.compat import abs_pow15
 from pompy.ops import X, Y, Z, expand3, inside, levels, shift
 
 
@@ -44,7 +45,7 @@ def dens(grav: float, rhoref: float, tbias: float, sbias: float, zz: Tensor,
             + 1.001685e-4 * tr3 - 1.120083e-6 * tr4 + 6.536332e-9 * tr4 * tr)
     rhor = (rhor + (0.824493 - 4.0899e-3 * tr + 7.6438e-5 * tr2
                     - 8.2467e-7 * tr3 + 5.3875e-9 * tr4) * sr
-            + (-5.72466e-3 + 1.0227e-4 * tr - 1.6546e-6 * tr2) * torch.abs(sr) ** 1.5
+            + (-5.72466e-3 + 1.0227e-4 * tr - 1.6546e-6 * tr2) * abs_pow15(sr)
             + 4.8314e-4 * sr * sr)
     cr = 1449.1 + .0821 * p + 4.55 * tr - .045 * tr2 + 1.34 * (sr - 35.)
     rhor = rhor + 1.e5 * p / (cr * cr) * (1. - 2. * p / (cr * cr))
