@@ -36,6 +36,8 @@ class Config:
 
     title: str = _param("Run 1", "run title")
     iproblem: int = _param(1, "problem: 1 seamount, 2 conservation box, 3 grid and initial state from file")
+    icfile: str = _param("", "iproblem=3 only: the NetCDF file with the grid and initial state, in pompy's IC "
+                             "format (pompy.icfile); a relative path is from the working directory")
     mode: int = _param(3, "2: 2-D external mode only; 3: full 3-D; 4: 3-D with t and s held fixed")
     nadv: int = _param(1, "advection scheme for t and s: 1 centred, 2 Smolarkiewicz")
     nitera: int = _param(2, "number of Smolarkiewicz iterations (nadv=2)")
@@ -200,6 +202,8 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
     "jm": (lambda v, c: v >= 3, ">= 3"),
     "kb": (lambda v, c: v >= 3, ">= 3"),
     "iproblem": (lambda v, c: v in (1, 2, 3), "1, 2 or 3"),
+    "icfile": (lambda v, c: (v == "") if c.iproblem != 3 else (v != "" and Path(v).is_file()),
+               lambda c: _icfile_rule(c)),
     "mode": (lambda v, c: v in (2, 3, 4), "2, 3 or 4"),
     "nadv": (lambda v, c: v in (1, 2), "1 or 2"),
     "nitera": (lambda v, c: 1 <= v <= 4, "in 1..4"),
@@ -250,6 +254,14 @@ def parameters(config: Config) -> dict:
     return params
 
 
+def _icfile_rule(config: Config) -> str:
+    if config.iproblem != 3:
+        return f"'' when iproblem={config.iproblem} (only iproblem=3 reads an IC file)"
+    if config.icfile == "":
+        return "the NetCDF file with the grid and initial state when iproblem=3 (format: pompy.icfile)"
+    return f"an existing file when iproblem=3: there is no file {str(Path(config.icfile).absolute())!r}"
+
+
 def validate(config: Config) -> None:
     """pom2k's static limits on each parameter (Config runs this when it is made)."""
     for name, (allowed, what) in _RULES.items():
@@ -262,13 +274,19 @@ def validate(config: Config) -> None:
 def check_external_cfl(config: Config, grid: Mapping[str, np.ndarray] | None = None) -> None:
     """Reject a dte at or above pom2k's external CFL limit, the smallest tps over wet points.
 
-    ``grid`` holds dx, dy, h, fsm; by default the analytic grid of iproblem 1 or 2. iproblem=3
-    reads its grid from a file at run time, so without a grid it is not checked here.
+    ``grid`` holds dx, dy, h, fsm; by default the analytic grid of iproblem 1 or 2, or for
+    iproblem=3 the grid of the IC file ``icfile`` as the set-up will have it (pompy.icfile).
     """
     if grid is None:
         if config.iproblem == 3:
-            return
-        grid = grids.analytic_grid(config)
+            from pompy.icfile import setup_grid
+
+            try:
+                grid = setup_grid(config)
+            except ValueError as err:
+                raise ConfigError(f"icfile={config.icfile!r}: {err}") from err
+        else:
+            grid = grids.analytic_grid(config)
     tps = grids.external_cfl_timestep(grid["dx"], grid["dy"], grid["h"], grid["fsm"], config.grav, config.small)
     tps = np.where(grid["fsm"] > 0, tps, np.inf)
     i, j = np.unravel_index(np.argmin(tps), tps.shape)

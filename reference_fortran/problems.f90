@@ -293,3 +293,91 @@ subroutine box(im, jm, kb, kl1, kl2, grav, rhoref, tbias, sbias, &
     end do
   end do
 end subroutine box
+
+
+subroutine file2ic(im, jm, kb, kl1, kl2, slmax, grav, rhoref, tbias, sbias, &
+                   aam, e_atmos, t, s, u, v, ua, va, el, dx, dy, z, zz, dz, dzz, &
+                   east_c, north_c, east_e, north_e, east_u, north_u, east_v, north_v, rot, &
+                   h, art, aru, arv, fsm, dum, dvm, tb, sb, tclim, sclim, ub, vb, uab, vab, &
+                   elb, etb, dt, aam2d, rho, tbe, tbw, sbe, sbw, tbn, tbs, sbn, sbs)
+  ! pom2k file2ic: the grid and initial state read from a file (pompy's IC
+  ! file, see pompy/icfile.py), finished as seamount finishes its own.
+  ! On entry the state holds the file's arrays: dx, dy, h, cor; t, s,
+  ! tclim, sclim and the lateral boundary values tbe ... sbs as actual
+  ! temperatures and salinities; the velocities u, v, ua, va; the
+  ! elevation el; rmean (not touched here). This sets the sigma levels,
+  ! the post-processing coordinates, land h < 1 to h = 1, areas and masks,
+  ! slpmax if slmax < 1; tb = t - tbias, sb = s - sbias and tclim, sclim,
+  ! tbe ... sbs less the biases; ub, vb, uab, vab the velocities masked by
+  ! dum, dvm; elb, etb the elevation masked by fsm less e_atmos; dt,
+  ! aam2d and rho. The 3-D fields are set for k = 1..kbm1, as seamount.
+  implicit none
+  integer, intent(in) :: im, jm, kb, kl1, kl2
+  real(8), intent(in) :: slmax, grav, rhoref, tbias, sbias
+  real(8), intent(in) :: aam(im,jm,kb), e_atmos(im,jm)
+  real(8), intent(in) :: t(im,jm,kb), s(im,jm,kb), u(im,jm,kb), v(im,jm,kb)
+  real(8), intent(in) :: ua(im,jm), va(im,jm), el(im,jm), dx(im,jm), dy(im,jm)
+  real(8), intent(inout) :: z(kb), zz(kb), dz(kb), dzz(kb)
+  real(8), intent(inout) :: east_c(im,jm), north_c(im,jm), east_e(im,jm), north_e(im,jm)
+  real(8), intent(inout) :: east_u(im,jm), north_u(im,jm), east_v(im,jm), north_v(im,jm)
+  real(8), intent(inout) :: rot(im,jm), h(im,jm), art(im,jm), aru(im,jm), arv(im,jm)
+  real(8), intent(inout) :: fsm(im,jm), dum(im,jm), dvm(im,jm)
+  real(8), intent(inout) :: tb(im,jm,kb), sb(im,jm,kb), tclim(im,jm,kb), sclim(im,jm,kb)
+  real(8), intent(inout) :: ub(im,jm,kb), vb(im,jm,kb), uab(im,jm), vab(im,jm)
+  real(8), intent(inout) :: elb(im,jm), etb(im,jm), dt(im,jm), aam2d(im,jm), rho(im,jm,kb)
+  real(8), intent(inout) :: tbe(jm,kb), tbw(jm,kb), sbe(jm,kb), sbw(jm,kb)
+  real(8), intent(inout) :: tbn(im,kb), tbs(im,kb), sbn(im,kb), sbs(im,kb)
+  integer :: i, j, k, kbm1
+
+  kbm1 = kb - 1
+
+  call depth(kb, kl1, kl2, z, zz, dz, dzz)
+  call grid_coordinates(im, jm, dx, dy, east_c, north_c, east_e, north_e, &
+                        east_u, north_u, east_v, north_v, rot)
+  do j = 1, jm
+    do i = 1, im
+      if (h(i,j) < 1.d0) h(i,j) = 1.d0
+    end do
+  end do
+  call areas_masks(im, jm, dx, dy, h, art, aru, arv, fsm, dum, dvm)
+  if (slmax < 1.d0) call slpmax(im, jm, slmax, fsm, h)
+
+  do k = 1, kbm1
+    do j = 1, jm
+      do i = 1, im
+        tb(i,j,k) = t(i,j,k) - tbias
+        sb(i,j,k) = s(i,j,k) - sbias
+        tclim(i,j,k) = tclim(i,j,k) - tbias
+        sclim(i,j,k) = sclim(i,j,k) - sbias
+        ub(i,j,k) = u(i,j,k)*dum(i,j)
+        vb(i,j,k) = v(i,j,k)*dvm(i,j)
+      end do
+    end do
+  end do
+  do j = 1, jm
+    do i = 1, im
+      uab(i,j) = ua(i,j)*dum(i,j)
+      vab(i,j) = va(i,j)*dvm(i,j)
+      elb(i,j) = el(i,j)*fsm(i,j) - e_atmos(i,j)
+      etb(i,j) = elb(i,j)
+      dt(i,j) = h(i,j) + etb(i,j)
+      aam2d(i,j) = aam(i,j,1)
+    end do
+  end do
+  call dens(im, jm, kb, grav, rhoref, tbias, sbias, zz, h, fsm, sb, tb, rho)
+  ! lateral boundary T and S, less the biases
+  do k = 1, kbm1
+    do j = 1, jm
+      tbe(j,k) = tbe(j,k) - tbias
+      tbw(j,k) = tbw(j,k) - tbias
+      sbe(j,k) = sbe(j,k) - sbias
+      sbw(j,k) = sbw(j,k) - sbias
+    end do
+    do i = 1, im
+      tbn(i,k) = tbn(i,k) - tbias
+      tbs(i,k) = tbs(i,k) - tbias
+      sbn(i,k) = sbn(i,k) - sbias
+      sbs(i,k) = sbs(i,k) - sbias
+    end do
+  end do
+end subroutine file2ic

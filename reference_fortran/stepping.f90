@@ -18,9 +18,12 @@ subroutine initialize(iproblem, im, jm, kb, kl1, kl2, hmax, slmax, grav, rhoref,
                       wssurf, swrad, uabe, uabw, ele, elw, vabn, vabs, eln, els, &
                       tbe, tbw, sbe, sbw, tbn, tbs, sbn, sbs, tps)
   ! pom2k main program up to the time loop: zero the arrays, set up the
-  ! problem (1 seamount, 2 box), initial turbulence and viscosity, dens,
-  ! baropg, the bottom friction coefficient cbc and the external CFL
-  ! time step tps. Arrays not named here are not touched.
+  ! problem (1 seamount, 2 box, 3 file2ic), initial turbulence and
+  ! viscosity, dens, baropg, the bottom friction coefficient cbc and the
+  ! external CFL time step tps. Arrays not named here are not touched.
+  ! iproblem 3: on entry the state holds the IC file's arrays (see
+  ! file2ic), the lateral boundary arrays its boundary values, which are
+  ! therefore not zeroed.
   implicit none
   integer, intent(in) :: iproblem, im, jm, kb, kl1, kl2
   real(8), intent(in) :: hmax, slmax, grav, rhoref, tbias, sbias, small, kappa
@@ -39,31 +42,33 @@ subroutine initialize(iproblem, im, jm, kb, kl1, kl2, hmax, slmax, grav, rhoref,
   integer :: i, j, k, kbm1
 
   kbm1 = kb - 1
-  ! boundary arrays
-  do i = 1, im
-    vabn(i) = 0.d0
-    vabs(i) = 0.d0
-    eln(i) = 0.d0
-    els(i) = 0.d0
-    do k = 1, kb
-      tbn(i,k) = 0.d0
-      tbs(i,k) = 0.d0
-      sbn(i,k) = 0.d0
-      sbs(i,k) = 0.d0
+  ! boundary arrays (iproblem 3: the IC file's)
+  if (iproblem /= 3) then
+    do i = 1, im
+      vabn(i) = 0.d0
+      vabs(i) = 0.d0
+      eln(i) = 0.d0
+      els(i) = 0.d0
+      do k = 1, kb
+        tbn(i,k) = 0.d0
+        tbs(i,k) = 0.d0
+        sbn(i,k) = 0.d0
+        sbs(i,k) = 0.d0
+      end do
     end do
-  end do
-  do j = 1, jm
-    uabe(j) = 0.d0
-    uabw(j) = 0.d0
-    ele(j) = 0.d0
-    elw(j) = 0.d0
-    do k = 1, kb
-      tbe(j,k) = 0.d0
-      tbw(j,k) = 0.d0
-      sbe(j,k) = 0.d0
-      sbw(j,k) = 0.d0
+    do j = 1, jm
+      uabe(j) = 0.d0
+      uabw(j) = 0.d0
+      ele(j) = 0.d0
+      elw(j) = 0.d0
+      do k = 1, kb
+        tbe(j,k) = 0.d0
+        tbw(j,k) = 0.d0
+        sbe(j,k) = 0.d0
+        sbw(j,k) = 0.d0
+      end do
     end do
-  end do
+  end if
   ! 2-D and 3-D arrays, for safety
   do j = 1, jm
     do i = 1, im
@@ -99,12 +104,18 @@ subroutine initialize(iproblem, im, jm, kb, kl1, kl2, hmax, slmax, grav, rhoref,
                   h, art, aru, arv, fsm, dum, dvm, tb, sb, tclim, sclim, ub, uab, &
                   elb, etb, dt, aam2d, rho, rmean, uabe, uabw, ele, elw, &
                   tbe, tbw, sbe, sbw, tbn, tbs, sbn, sbs)
-  else
+  else if (iproblem == 2) then
     call box(im, jm, kb, kl1, kl2, grav, rhoref, tbias, sbias, &
              aam, z, zz, dz, dzz, dx, dy, cor, &
              east_c, north_c, east_e, north_e, east_u, north_u, east_v, north_v, rot, &
              h, art, aru, arv, fsm, dum, dvm, tb, sb, tclim, sclim, &
              elb, etb, dt, aam2d, rho, rmean, e_atmos, vfluxf)
+  else if (iproblem == 3) then
+    call file2ic(im, jm, kb, kl1, kl2, slmax, grav, rhoref, tbias, sbias, &
+                 aam, e_atmos, t, s, u, v, ua, va, el, dx, dy, z, zz, dz, dzz, &
+                 east_c, north_c, east_e, north_e, east_u, north_u, east_v, north_v, rot, &
+                 h, art, aru, arv, fsm, dum, dvm, tb, sb, tclim, sclim, ub, vb, uab, vab, &
+                 elb, etb, dt, aam2d, rho, tbe, tbw, sbe, sbw, tbn, tbs, sbn, sbs)
   end if
 
   ! initial conditions

@@ -2,9 +2,11 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pompy.config import Config, ConfigError, check_external_cfl, load_config, nint, parse_overrides
+from pompy.icfile import write_ic
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 
@@ -14,7 +16,7 @@ POM2K_DEFAULTS = dict(
     small=1e-9, rhoref=1025.0, tbias=0.0, sbias=0.0, grav=9.806, kappa=0.4, z0b=0.01,
     cbcmin=0.0025, cbcmax=1.0, horcon=0.2, tprni=0.2, umol=2e-5, hmax=4500.0, vmaxl=100.0,
     slmax=2.0, kl1=6, kl2=19, ntp=2, nbct=1, nbcs=1, ispadv=5, smoth=0.1, alpha=0.225,
-    aam_init=500.0,
+    aam_init=500.0, icfile="",
 )
 
 
@@ -153,8 +155,48 @@ def test_box_cfl_limit():
         check_external_cfl(Config(iproblem=2, im=21, jm=21, kb=11, dte=14.0))
 
 
-def test_file_grid_is_not_cfl_checked():
-    check_external_cfl(Config(iproblem=3, dte=1000.0))
+def write_basin_ic(path, dx=5000.0, depth=1000.0, im=8, jm=7, kb=6):
+    """A flat basin walled on all sides, in pompy's IC format."""
+    h = np.full((im, jm), depth)
+    h[0, :] = h[-1, :] = h[:, 0] = h[:, -1] = 0.0
+    return write_ic(path, dx=np.full((im, jm), dx), dy=np.full((im, jm), dx), h=h,
+                    cor=np.full((im, jm), 1e-4), t=np.full((im, jm, kb), 10.0),
+                    s=np.full((im, jm, kb), 35.0))
+
+
+def test_file_problem_needs_its_file(tmp_path):
+    assert rejected(iproblem=3) == ("icfile='' is out of range: must be the NetCDF file with the grid and "
+                                    "initial state when iproblem=3 (format: pompy.icfile)")
+    missing = tmp_path / "nowhere.nc"
+    assert rejected(iproblem=3, icfile=str(missing)) == (
+        f"icfile={str(missing)!r} is out of range: must be an existing file when iproblem=3: "
+        f"there is no file {str(missing)!r}")
+    path = write_basin_ic(tmp_path / "basin.nc")
+    assert rejected(icfile=str(path)).startswith(f"icfile={str(path)!r} is out of range: must be '' "
+                                                 "when iproblem=1 (only iproblem=3 reads an IC file)")
+    assert rejected(iproblem=3, icfile=3).startswith("icfile=3 has the wrong type: must be a string")
+
+
+def test_file_grid_is_cfl_checked(tmp_path):
+    """The limit of the file's grid: 0.5/sqrt(2/dx**2)/sqrt(grav*(h+small)) at every wet point."""
+    path = write_basin_ic(tmp_path / "basin.nc")
+    limit = 0.5 / math.sqrt(2 / 5000.0**2) / math.sqrt(9.806 * (1000.0 + 1e-9))
+    config = dict(iproblem=3, icfile=str(path), im=8, jm=7, kb=6, kl1=2, kl2=4)
+    check_external_cfl(Config(dte=limit * (1 - 1e-9), **config))
+    nml = tmp_path / "basin.nml"
+    Config(dte=limit * 1.01, **config).to_namelist().write(nml)
+    with pytest.raises(ConfigError) as err:
+        load_config(nml)
+    assert str(err.value).startswith(f"dte={limit * 1.01!r} breaks the external CFL limit: dte must be "
+                                     f"< {limit:.6g} s")
+    assert "at (i=2, j=2) where dx=5000 m, dy=5000 m, h=1000 m" in str(err.value)
+
+
+def test_bad_ic_file_is_a_config_error(tmp_path):
+    path = write_basin_ic(tmp_path / "basin.nc", im=9)
+    with pytest.raises(ConfigError, match=r"icfile='.*basin.nc': IC file .*: variable 'dx' has dims "
+                                          r"\('y', 'x'\) and shape \(7, 9\)"):
+        check_external_cfl(Config(iproblem=3, icfile=str(path), im=8, jm=7, kb=6, kl1=2, kl2=4))
 
 
 def test_shipped_configs_load():

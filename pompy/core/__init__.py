@@ -4,15 +4,25 @@ and arguments as the Fortran oracle's, indexed (i, j, k) like the Fortran.
 Modules by physics area: density (dens, baropg), advection (advct, advave,
 advu, advv, advq, vertvl), tracers (advt1, advt2, smol_adif), turbulence
 (profq), vertical (proft, profu, profv), boundary (bcond), viscosity
-(smagorinsky).
+(smagorinsky), grid (depth, areas_masks, slpmax), problems (seamount, box,
+grid_coordinates), file2ic, and stepping (pom2k's main-program sections).
+ExplicitCore (pompy.core.explicit) runs the main loop.
 """
 from pompy.core.advection import advave, advct, advq, advu, advv, vertvl
 from pompy.core.boundary import bcond
 from pompy.core.density import baropg, dens
+from pompy.core.file2ic import file2ic
+from pompy.core.grid import areas_masks, depth, slpmax
+from pompy.core.problems import box, grid_coordinates, seamount
 from pompy.core.tracers import advt1, advt2, smol_adif
 from pompy.core.turbulence import profq
 from pompy.core.vertical import proft, profu, profv
 from pompy.core.viscosity import smagorinsky
 
-__all__ = ["advave", "advct", "advq", "advt1", "advt2", "advu", "advv", "baropg", "bcond",
-           "dens", "profq", "proft", "profu", "profv", "smagorinsky", "smol_adif", "vertvl"]
+from pompy.core.stepping import (external_step, initialize, internal_step, surface_forcing,
+                                  vertical_averages)
+
+__all__ = ["advave", "advct", "advq", "advt1", "advt2", "advu", "advv", "areas_masks", "baropg",
+           "bcond", "box", "dens", "depth", "external_step", "file2ic", "grid_coordinates",
+           "initialize", "internal_step", "profq", "proft", "profu", "profv", "seamount",
+           "slpmax", "smagorinsky", "smol_adif", "surface_forcing", "vertical_averages", "vertvl"]

@@ -38,14 +38,25 @@ LOOP_INPUTS = tuple(variables.names("prognostic") + variables.names("forcing")
                     + ["w", "rho", "km", "kh", "kq", "l", "aam", "d", "dt"])
 
 
+# the routines of the time loop that torch.compile fuses (compile=True)
+COMPILED = ("advct", "advave", "advu", "advv", "advq", "vertvl", "advt1", "advt2", "profq",
+            "proft", "profu", "profv", "bcond", "dens", "baropg", "smagorinsky",
+            "surface_forcing", "vertical_averages")
+
+
 class ExplicitCore:
     """pom2k, vectorised in torch: same routines, same order, same numbers."""
 
     def __init__(self, config: Config, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float64):
+                 dtype: torch.dtype = torch.float64, compile: bool = False):
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
         object.__setattr__(self, "state", {})
+        # torch.compile each physics routine (not the main-loop sections,
+        # whose Python branches on iext would recompile for every pass)
+        self.routines = stepping.ROUTINES if not compile else {
+            name: (torch.compile(fn) if name in COMPILED else fn)
+            for name, fn in stepping.ROUTINES.items()}
         self.config = config
         self.device = torch.device(device)
         self.dtype = dtype
@@ -78,8 +89,17 @@ class ExplicitCore:
                 for name in (*variables.VARIABLES, *variables.WORK)}
 
     def run_initialization(self) -> None:
-        """pom2k's set-up (iint = 0), computed on the CPU in float64."""
-        self.load_state(stepping.initialize(self._zeros(), self.params), iint=0)
+        """pom2k's set-up (iint = 0), computed on the CPU in float64; for
+        iproblem 3 from the config's IC file (pompy.icfile)."""
+        state, after = self._zeros(), {}
+        if self.config.iproblem == 3:
+            from pompy import icfile
+
+            ic, after = icfile.split_ic(self.config)
+            state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in ic.items()})
+        state = stepping.initialize(state, self.params)
+        state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in after.items()})
+        self.load_state(state, iint=0)
 
     def load_state(self, arrays: dict, iint: int, time0: float = 0.0) -> None:
         """Set the state from arrays by pom2k name (numpy or torch, pom2k
@@ -137,21 +157,22 @@ class ExplicitCore:
         ramp = min(time / self.period, 1.0) if c.lramp else 1.0
         p = dict(self.params, ramp=ramp)
         isplit = c.isplit
-        run(s, p, "surface_forcing")
+        run(s, p, "surface_forcing", routines=self.routines)
         # 3-D terms of the external mode; in mode 2 the initial aam2d is kept
         if c.mode != 2:
-            run(s, p, "advct(a,c,ee)", "baropg", "smagorinsky", "vertical_averages")
+            run(s, p, "advct(a,c,ee)", "baropg", "smagorinsky", "vertical_averages",
+                routines=self.routines)
         d, ua, va = s["d"], s["ua"], s["va"]
         isp2i = 1.0 / (2.0 * float(isplit))
         s["egf"] = s["el"] * (1.0 / float(isplit))
         s["utf"] = inside(ua * (d + shift(d, X, -1)) * isp2i, s["utf"], i=(2, c.im))
         s["vtf"] = inside(va * (d + shift(d, Y, -1)) * isp2i, s["vtf"], j=(2, c.jm))
         for iext in range(1, isplit + 1):
-            s = stepping.external_step(s, dict(p, iext=iext))
+            s = stepping.external_step(s, dict(p, iext=iext), self.routines)
         vamax, finite = self._check(s)
         if vamax <= c.vmaxl and finite:
             if (iint != 1 or self.time0 != 0.0) and c.mode != 2:
-                s = stepping.internal_step(s, p)
+                s = stepping.internal_step(s, p, self.routines)
             s["egb"], s["etb"], s["et"] = s["egf"].clone(), s["et"].clone(), s["etf"].clone()
             s["dt"] = s["h"] + s["et"]
             s["utb"], s["vtb"], s["vfluxb"] = s["utf"].clone(), s["vtf"].clone(), s["vfluxf"].clone()

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from pompy.calls import bind, literal
 from pompy.core import advection, boundary, density, grid, problems, tracers, turbulence, vertical
+from pompy.core.file2ic import file2ic
 from pompy.core.viscosity import smagorinsky
 from pompy.ops import X, Y, expand3, inside, over, shift, sqrt_rn
 
@@ -120,23 +121,24 @@ ROUTINES = {fn.__name__: fn for fn in (
     advection.vertvl, tracers.advt1, tracers.advt2, turbulence.profq, vertical.proft,
     vertical.profu, vertical.profv, boundary.bcond, density.dens, density.baropg,
     smagorinsky, surface_forcing, vertical_averages, grid.depth, grid.areas_masks, grid.slpmax,
-    problems.seamount, problems.box, problems.grid_coordinates)}
+    problems.seamount, problems.box, problems.grid_coordinates, file2ic)}
 
 
 @lru_cache(maxsize=None)
 def _bound(call_text: str):
     name, binding = bind(call_text)
-    fn = ROUTINES[name]
-    args = tuple((a, binding.get(a, a)) for a in inspect.signature(fn).parameters)
-    return fn, args, binding
+    args = tuple((a, binding.get(a, a)) for a in inspect.signature(ROUTINES[name]).parameters)
+    return name, args, binding
 
 
-def call(call_text: str, s: dict, p: dict) -> dict:
+def call(call_text: str, s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     """Run one torch routine as pom2k's main program calls it, e.g.
     ``call("advq(q2b,q2,uf,a,c)", s, p)``: each argument is bound to its
     actual (a literal, a state array, else a parameter); the result maps
-    the actual names to what the routine wrote."""
-    fn, args, binding = _bound(call_text)
+    the actual names to what the routine wrote. ``routines`` maps names to
+    the functions to run (e.g. torch.compile'd ones)."""
+    name, args, binding = _bound(call_text)
+    fn = routines[name]
     kwargs = {}
     for arg, source in args:
         if source in s:
@@ -152,30 +154,38 @@ def call(call_text: str, s: dict, p: dict) -> dict:
     return {binding.get(f, f): v for f, v in zip(out._fields, out)}
 
 
-def run(s: dict, p: dict, *calls: str) -> None:
+def run(s: dict, p: dict, *calls: str, routines: dict = ROUTINES) -> None:
     """Apply pom2k calls in order to the local state dict ``s`` (rebinding, never
     writing a tensor in place)."""
     for text in calls:
-        s.update(call(text, s, p))
+        s.update(call(text, s, p, routines))
 
 
 # ---------------------------------------------------------------- set-up
 
+# what pom2k's set-up zeroes before the problem set-up ("for safety")
+_ZEROED = ("uab vab elb etb e_atmos vfluxb vfluxf wusurf wvsurf wtsurf wssurf swrad "
+           "drx2d dry2d").split()
+_BOUNDARY = ("vabn vabs eln els tbn tbs sbn sbs uabe uabw ele elw tbe tbw sbe sbw").split()
+
+
 def initialize(s: dict, p: dict) -> dict:
-    """pom2k's main program up to the time loop: zero the state, set up the
-    problem (1 seamount, 2 box), initial turbulence and viscosity, dens,
-    baropg, the bottom friction coefficient cbc and the external CFL time
-    step tps. ``s`` supplies the arrays (their shapes, dtype and device)."""
-    s = {name: torch.zeros_like(a) for name, a in s.items()}
+    """pom2k's main program up to the time loop: zero the arrays, set up the
+    problem (1 seamount, 2 box, 3 file2ic), initial turbulence and
+    viscosity, dens, baropg, the bottom friction coefficient cbc and the
+    external CFL time step tps. For iproblem 3, ``s`` holds the IC file's
+    arrays (pompy.icfile), its lateral boundary values included."""
+    s = dict(s)
     kb = s["z"].size(0)
     kbm1 = kb - 1
     iproblem = p["iproblem"]
-    if iproblem == 1:
-        run(s, p, "seamount")
-    elif iproblem == 2:
-        run(s, p, "box")
-    else:
-        raise NotImplementedError(f"iproblem={iproblem}")
+    for name in _ZEROED + (_BOUNDARY if iproblem != 3 else []):
+        s[name] = torch.zeros_like(s[name])
+    for name in ("ub", "vb"):
+        s[name] = inside(torch.zeros_like(s[name]), s[name], k=(1, kbm1))
+    if iproblem not in (1, 2, 3):
+        raise ValueError(f"iproblem={iproblem}: 1 seamount, 2 box or 3 file2ic")
+    run(s, p, ("seamount", "box", "file2ic")[iproblem - 1])
     s["ua"], s["va"], s["el"], s["et"] = (s[n].clone() for n in ("uab", "vab", "elb", "etb"))
     s["etf"] = s["et"].clone()
     s["d"] = s["h"] + s["el"]
@@ -217,7 +227,7 @@ def _vel_check(vaf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return vamax, last % im + 1, last // im + 1
 
 
-def external_step(s: dict, p: dict) -> dict:
+def external_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     """One pass ``p["iext"]`` of pom2k's external (2-D) mode: continuity
     (elf), momentum (uaf, vaf), the velocity check (vamax at imax, jmax),
     the time-split filter and time-level shift when vamax <= vmaxl, the
@@ -240,9 +250,9 @@ def external_step(s: dict, p: dict) -> dict:
     elf = s["elb"] + p["dte2"] * (-(shift(fu, X, 1) - fu + shift(fv, Y, 1) - fv) / art
                                   - s["vfluxf"])
     s["elf"] = inside(elf, s["elf"], i=(2, imm1), j=(2, jmm1))
-    run(s, p, "bcond(1)")
+    run(s, p, "bcond(1)", routines=routines)
     if iext % p["ispadv"] == 0:
-        run(s, p, "advave(tps)")
+        run(s, p, "advave(tps)", routines=routines)
     el, elb, elf, e_atmos, cor, h = (s[n] for n in ("el", "elb", "elf", "e_atmos", "cor", "h"))
     uaf = (s["adx2d"] + s["advua"]
            - s["aru"] * .25 * (cor * d * (shift(va, Y, 1) + va)
@@ -266,7 +276,7 @@ def external_step(s: dict, p: dict) -> dict:
     vaf = (((h + elb + jm1(h) + jm1(elb)) * s["vab"] * s["arv"] - 4.0 * dte * vaf)
            / ((h + elf + jm1(h) + jm1(elf)) * s["arv"]))
     s["vaf"] = inside(vaf, s["vaf"], i=(2, imm1), j=(2, jm))
-    run(s, p, "bcond(2)")
+    run(s, p, "bcond(2)", routines=routines)
     # etf: the filtered elevation over the last three passes
     if iext == isplit - 2:
         s["etf"] = .25 * smoth * s["elf"]
@@ -302,7 +312,7 @@ def _asselin(f: Tensor, fb: Tensor, ff: Tensor, smoth: float) -> Tensor:
     return f + .5 * smoth * (ff + fb - 2.0 * f)
 
 
-def internal_step(s: dict, p: dict) -> dict:
+def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     """pom2k's internal (3-D) mode: adjust u, v to the external transports,
     w, turbulence (q2, q2l), temperature and salinity (unless mode 4),
     density and momentum, each with its Asselin filter and time shift."""
@@ -318,11 +328,12 @@ def internal_step(s: dict, p: dict) -> dict:
     v = (s["v"] - tps) + expand3((s["vtb"] + s["vtf"]) / (dt + shift(dt, Y, -1)))
     s["v"] = inside(v, s["v"], j=(2, jm), k=(1, kbm1))
     s["tps"] = tps[:, :, 0]
-    run(s, p, "vertvl(a,c)", "bcond(5)")
+    run(s, p, "vertvl(a,c)", "bcond(5)", routines=routines)
     s["uf"], s["vf"] = torch.zeros_like(s["uf"]), torch.zeros_like(s["vf"])
 
     # turbulence: q2f in uf, q2lf in vf
-    run(s, p, "advq(q2b,q2,uf,a,c)", "advq(q2lb,q2l,vf,a,c)", "profq(a,c,tps,dtef)", "bcond(6)")
+    run(s, p, "advq(q2b,q2,uf,a,c)", "advq(q2lb,q2l,vf,a,c)", "profq(a,c,tps,dtef)", "bcond(6)",
+        routines=routines)
     q2 = _asselin(s["q2"], s["q2b"], s["uf"], smoth)
     q2l = _asselin(s["q2l"], s["q2lb"], s["vf"], smoth)
     s["q2b"], s["q2"], s["q2lb"], s["q2l"] = q2, s["uf"].clone(), q2l, s["vf"].clone()
@@ -330,18 +341,20 @@ def internal_step(s: dict, p: dict) -> dict:
     # temperature (tf in uf) and salinity (sf in vf)
     if p["mode"] != 4:
         if p["nadv"] == 1:
-            run(s, p, "advt1(tb,t,tclim,uf,a,c)", "advt1(sb,s,sclim,vf,a,c)")
+            run(s, p, "advt1(tb,t,tclim,uf,a,c)", "advt1(sb,s,sclim,vf,a,c)",
+                routines=routines)
         else:
-            run(s, p, "advt2(tb,t,tclim,uf,a,c,nitera,sw)", "advt2(sb,s,sclim,vf,a,c,nitera,sw)")
+            run(s, p, "advt2(tb,t,tclim,uf,a,c,nitera,sw)", "advt2(sb,s,sclim,vf,a,c,nitera,sw)",
+                routines=routines)
         run(s, p, "proft(uf,wtsurf,tsurf,nbct,tps)", "proft(vf,wssurf,ssurf,nbcs,tps)",
-            "bcond(4)")
+            "bcond(4)", routines=routines)
         t = _asselin(s["t"], s["tb"], s["uf"], smoth)
         sal = _asselin(s["s"], s["sb"], s["vf"], smoth)
         s["tb"], s["t"], s["sb"], s["s"] = t, s["uf"].clone(), sal, s["vf"].clone()
-        run(s, p, "dens(s,t,rho)")
+        run(s, p, "dens(s,t,rho)", routines=routines)
 
     # momentum (uf, vf)
-    run(s, p, "advu", "advv", "profu", "profv", "bcond(3)")
+    run(s, p, "advu", "advv", "profu", "profv", "bcond(3)", routines=routines)
     # filter with the depth mean of the filter increment removed
     for f, fb, ff in (("u", "ub", "uf"), ("v", "vb", "vf")):
         incr = s[ff] + s[fb] - 2.0 * s[f]

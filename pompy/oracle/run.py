@@ -26,13 +26,23 @@ def oracle() -> Oracle:
 
 def new_state(config: Config) -> dict[str, np.ndarray]:
     """pom2k's state after its set-up (iint = 0): every variable and work
-    array of pompy.variables, Fortran-ordered, as the oracle set it up."""
-    if config.iproblem not in (1, 2):
-        raise NotImplementedError(f"iproblem={config.iproblem}: the oracle sets up "
-                                  "the seamount (1) and box (2) problems")
+    array of pompy.variables, Fortran-ordered, as the oracle set it up.
+
+    iproblem=3: the IC file's arrays (pompy.icfile.read_ic) are placed in
+    the state before the set-up (file2ic finishes them), its output-only
+    coordinates east_e, north_e, if it has them, after."""
     state = {name: np.zeros(variables.shape(name, config.im, config.jm, config.kb), order="F")
              for name in (*variables.VARIABLES, *variables.WORK)}
+    after = {}
+    if config.iproblem == 3:
+        from pompy import icfile
+
+        ic, after = icfile.split_ic(config)
+        for name, value in ic.items():
+            state[name][...] = value
     oracle().call("initialize", state, parameters(config), inplace=True)
+    for name, value in after.items():
+        state[name][...] = value
     return state
 
 
