@@ -53,6 +53,21 @@ def bind(call: str) -> tuple[str, dict[str, str]]:
     return name, dict(zip(dummies, actuals))
 
 
+def argument(routine: str, arg: str, source: str, state, params):
+    """The value bound to argument ``arg`` of ``routine``: the state's array
+    named ``source``, else the parameter, else the number ``source`` spells."""
+    if source in state:
+        return state[source]
+    if source in params:
+        return params[source]
+    number = literal(source)
+    if number is None:
+        raise KeyError(f"{routine}: no value for argument {arg!r}"
+                       + (f" (bound to {source!r})" if source != arg else "")
+                       + " in the state or the parameters")
+    return number
+
+
 def literal(text: str) -> int | float | None:
     """The number an actual argument spells (``1``, ``.5d0``), else None."""
     try:

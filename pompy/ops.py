@@ -77,6 +77,19 @@ def inside(value: torch.Tensor, rest: torch.Tensor | float = 0.0, *,
     return torch.where(mask, value, rest)
 
 
+def above_kb(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """``value`` at k = 1..kbm1 of the last dimension (the k of a (j, k) or
+    (i, k) boundary array, or of an (i, j, k) field), ``old`` at k = kb."""
+    kb = old.size(-1)
+    return torch.where(torch.arange(kb, device=old.device) < kb - 1, value, old)
+
+
+def between(value: torch.Tensor, old: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """A 1-D boundary array (along j or i): ``value`` at the 1-based indices
+    lo..hi, ``old`` elsewhere."""
+    return inside(value, old, i=(lo, hi))
+
+
 def expand3(a: torch.Tensor) -> torch.Tensor:
     """A 2-D (i, j) field as (i, j, 1), to broadcast against (i, j, k)."""
     return a.unsqueeze(-1)

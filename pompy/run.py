@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pompy import variables
 from pompy.config import Config, nint
 
 
@@ -60,6 +61,17 @@ class NonFiniteState(ModelStop):
         return NonFiniteState(self.iint, self.field, self.where, path)
 
 
+def first_non_finite(state) -> tuple[str, tuple[int, ...]]:
+    """The first field of a state (pom2k-ordered arrays; prognostic fields
+    first) holding a NaN or inf, and the first such point, 1-based."""
+    names = variables.names("prognostic")
+    for name in names + [n for n in state if n not in names]:
+        bad = ~np.isfinite(np.asarray(state[name]))
+        if bad.any():
+            return name, tuple(int(x) + 1 for x in np.argwhere(bad)[0])
+    raise ValueError("every field is finite")
+
+
 def print_steps(config: Config, first: int, last: int) -> list[int]:
     """The steps pom2k prints at: every iprint, prtd2's interval from iswtch on,
     and the last step."""
@@ -92,6 +104,9 @@ def make_model(config: Config, core: str = "explicit", device: str = "cpu",
 
         from pompy.core.explicit import ExplicitCore
 
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: this torch has no CUDA device")
+
         model = ExplicitCore(config, device=device, dtype=getattr(torch, dtype))
         model.run_initialization()
         if saved is not None:
@@ -104,7 +119,8 @@ def make_model(config: Config, core: str = "explicit", device: str = "cpu",
 def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: int | None = None,
              restart: Path | None = None, device: str = "cpu", dtype: str = "float64",
              progress: bool = True):
-    """Run a case: ``<core>_output.nc`` at pom2k's print steps and
+    """Run a case: ``<core>_output.nc`` at pom2k's print steps (for a run
+    continued from a restart at step N, ``<core>_output_from_<N>.nc``) and
     ``<core>_restart.nc`` at the end; on a blow-up the restart holds the last
     good step and the raised ModelStop names it. Returns the model."""
     from tqdm import tqdm
@@ -116,12 +132,14 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
     last = model.iint + (steps if steps is not None else config.iend)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    out_path, restart_path = output_dir / f"{core}_output.nc", output_dir / f"{core}_restart.nc"
+    # a continued run writes its own output file: the earlier one is kept
+    out_name = f"{core}_output.nc" if first == 1 else f"{core}_output_from_{first - 1:06d}.nc"
+    out_path, restart_path = output_dir / out_name, output_dir / f"{core}_restart.nc"
     days = lambda iint: config.dti * iint / 86400  # noqa: E731
     writer = OutputWriter(out_path, config, model.numpy_state())
-    start, done = _time.perf_counter(), first - 1
+    start = _time.perf_counter()
     try:
-        with tqdm(total=last - done, unit="step", desc=f"{core} {config.title}",
+        with tqdm(total=last - first + 1, unit="step", desc=f"{core} {config.title}",
                   disable=not progress) as bar:
             for stop in print_steps(config, first, last):
                 try:
@@ -130,9 +148,7 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
                     path = write_restart(restart_path, config, exc.last_good, exc.iint - 1,
                                          days(exc.iint - 1))
                     raise exc.with_restart(path) from None
-                state = model.numpy_state()
-                writer.write(state, stop, days(stop))
-                done = stop
+                writer.write(model.numpy_state(), stop, days(stop))
     finally:
         writer.close()
     write_restart(restart_path, config, model.numpy_state(), last, days(last))
@@ -149,5 +165,3 @@ def progress_update(bar, iint: int, config: Config, vamax: float) -> None:
         bar.update(1)
 
 
-def vamax_of(vaf) -> float:
-    return float(np.abs(np.asarray(vaf)).max())

@@ -78,8 +78,8 @@ def test_dte_not_positive(dte):
     assert rejected(dte=dte) == f"dte={dte!r} is out of range: must be > 0"
 
 
-def test_isplit_below_1():
-    assert rejected(isplit=0) == "isplit=0 is out of range: must be >= 1"
+def test_isplit_below_3():
+    assert rejected(isplit=2).startswith("isplit=2 is out of range: must be >= 3")
 
 
 @pytest.mark.parametrize("mode", [1, 5])
@@ -97,10 +97,12 @@ def test_nitera_outside_1_to_4(nitera):
 
 
 @pytest.mark.parametrize("values, start", [
-    (dict(kl1=1), "kl1=1 is out of range: must be in 2..kl2-1 = 2..18"),
+    (dict(kl1=1), "kl1=1 is out of range: must be in 2..min(kl2-1, 13) = 2..13"),
+    (dict(kl1=14), "kl1=14 is out of range"),
+    (dict(kb=25, kl2=12), "kl2=12 is out of range: must be in max(kl1+1, kb-12)..kb-1 = 13..24"),
     (dict(kl1=19), "kl1=19 is out of range"),
-    (dict(kl2=21), "kl2=21 is out of range: must be in kl1+1..kb-1 = 7..20"),
-    (dict(kb=6), "kl1=6 is out of range: must be in 2..kl2-1 = 2..3"),
+    (dict(kl2=21), "kl2=21 is out of range: must be in max(kl1+1, kb-12)..kb-1 = 9..20"),
+    (dict(kb=6), "kl1=6 is out of range: must be in 2..min(kl2-1, 13) = 2..3"),
 ])
 def test_kl1_kl2_inside_the_column(values, start):
     assert rejected(**values).startswith(start)

@@ -24,6 +24,10 @@ def _depth_cases():
         for kl1 in range(2, kb - 1):
             for kl2 in range(kl1 + 1, kb):
                 yield kb, kl1, kl2
+    # the longest log layers pom2k's 12 spacings allow: kl1 = 13, kb-kl2 = 12
+    yield 16, 13, 14
+    yield 20, 3, 8
+    yield 30, 13, 18
 
 
 @pytest.mark.parametrize("kb, kl1, kl2", list(_depth_cases()))
@@ -31,6 +35,13 @@ def test_depth_matches_oracle(oracle, kb, kl1, kl2):
     state = {name: np.zeros(kb) for name in ("z", "zz", "dz", "dzz")}
     errors = compare_call(depth, oracle, "depth", state, dict(kl1=kl1, kl2=kl2), rtol=1e-12)
     assert max(errors.values()) == 0.0
+
+
+@pytest.mark.parametrize("kb, kl1, kl2", [(16, 14, 15), (21, 3, 8)])
+def test_depth_beyond_the_spacings_is_refused(kb, kl1, kl2):
+    z = torch.zeros(kb, dtype=torch.float64)
+    with pytest.raises(ValueError, match="do not fit"):
+        depth(kl1, kl2, z, z, z, z)
 
 
 def test_depth_levels_by_hand():

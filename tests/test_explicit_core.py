@@ -89,6 +89,24 @@ def test_240_steps_with_torch_pow_stay_close_to_the_oracle(oracle):
     assert_fields_close(got, want, 5e-8, names=PROGNOSTIC, label="torch pow")
 
 
+@pytest.mark.parametrize("changes, time0", [(dict(lramp=True), 0.0), ({}, 0.5)],
+                         ids=["lramp", "time0"])
+def test_ramp_and_time0_match_the_oracle(oracle, changes, time0):
+    """The forcing ramp (lramp: wind times time/inertial period) and a start
+    at model time time0 != 0 (the internal mode then runs at iint=1 too),
+    20 steps against the oracle's driver, with the oracle's pow: exact."""
+    config = small_seamount(**changes)
+    want = new_state(config)
+    core = ExplicitCore(config)
+    core.load_state(want, iint=0, time0=time0)
+    core.iend = 20
+    with fortran_pow():
+        core.run_time_loop()
+    run_steps(want, config, 1, 20, time0=time0)
+    errors = assert_fields_close(core.numpy_state(), want, 1e-12, names=list(variables.VARIABLES))
+    assert max(errors.values()) == 0.0, {n: e for n, e in errors.items() if e}
+
+
 def test_own_setup_matches_the_oracle_setup(oracle):
     config = small_seamount()
     got = torch_run(config, 0).numpy_state()
@@ -204,6 +222,52 @@ def test_nan_stops_the_run_naming_field_and_place(tmp_path):
     assert torch.isnan(core.last_good["t"][9, 7, 3])
 
 
+def test_nan_in_the_external_mode_stops_the_run():
+    """A NaN that reaches vaf makes vamax NaN: pom2k's check would skip it;
+    pompy stops at that step."""
+    config = small_seamount()
+    core = ExplicitCore(config)
+    core.run_initialization()
+    va = core.va.clone()
+    va[9, 7] = float("nan")
+    core.va = va
+    core.iend = 3
+    with pytest.raises(NonFiniteState) as info:
+        core.run_time_loop()
+    assert info.value.iint == 1 and np.isnan(core.vamax)
+
+
+def test_oracle_runs_stop_on_nan_too(oracle, tmp_path):
+    """The oracle's driver runs on through a NaN (pom2k's check skips it);
+    the runner finds the first non-finite step and keeps the one before."""
+    config = small_seamount()
+    state = new_state(config)
+    run_steps(state, config, 1, 2)
+    state["t"][9, 7, 3] = np.nan
+    start = write_restart(tmp_path / "nan.nc", config, state, 2, config.dti * 2 / 86400)
+    with pytest.raises(NonFiniteState) as info:
+        run_case(config, tmp_path, core="oracle", steps=5, restart=start, progress=False)
+    err = info.value
+    assert err.iint == 3 and err.field == "t" and "iint=3" in str(err) and "(i, j, k)" in str(err)
+    saved, iint, _ = read_restart(err.restart)
+    assert iint == 2 and np.isnan(saved["t"][9, 7, 3])
+
+
+def test_nread_1_continues_in_the_same_folder(tmp_path):
+    nml = str(CONFIGS / "seamount.nml")
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main(["run", nml, "--steps", "6", "--output", str(whole)]) == 0
+    assert main(["run", nml, "--steps", "3", "--output", str(part)]) == 0
+    assert main(["run", nml, "--steps", "3", "--output", str(part), "--set", "nread=1"]) == 0
+    a, ia, _ = read_restart(part / "explicit_restart.nc")
+    b, ib, _ = read_restart(whole / "explicit_restart.nc")
+    assert ia == ib == 6
+    for name in variables.names(restart=True):
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    # the first part's output is kept; the continuation has its own file
+    assert (part / "explicit_output.nc").exists() and (part / "explicit_output_from_000003.nc").exists()
+
+
 def test_pompy_run_writes_cf_netcdf(tmp_path):
     xr = pytest.importorskip("xarray")
     assert main(["run", str(CONFIGS / "seamount.nml"), "--output", str(tmp_path)]) == 0
@@ -234,10 +298,14 @@ def test_a_leaf_initial_condition_with_requires_grad_runs():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_matches_cpu():
+    """Not yet measured (no GPU in the sessions so far). CUDA's pow, exp and
+    sqrt may differ from the CPU's by an ulp like libmvec's do; on the CPU
+    such ulps in dens grow to 1.4e-8 in 240 steps of this grid, so 10 steps
+    get a bar of 1e-9."""
     config = small_seamount()
     cpu = torch_run(config, 10).numpy_state()
     gpu = torch_run(config, 10, device="cuda").numpy_state()
-    assert_fields_close(gpu, cpu, 1e-12, names=PROGNOSTIC, label="cuda")
+    assert_fields_close(gpu, cpu, 1e-9, names=PROGNOSTIC, label="cuda")
 
 
 def test_bad_dtype_and_shapes_are_rejected():

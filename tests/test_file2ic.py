@@ -337,14 +337,15 @@ def test_slpmax_applied_when_slmax_below_1(oracle, tmp_path, slmax):
     np.testing.assert_array_equal(got, want)
 
 
-def test_cfl_check_reads_the_file(tmp_path):
+@pytest.mark.parametrize("slmax", [2.0, 0.1])
+def test_cfl_check_reads_the_file(oracle, tmp_path, slmax):
+    """The limit is the smallest tps over wet points of the oracle's own
+    set-up from the file (slpmax included)."""
     im, jm, kb = 6, 5, 5
     ic = random_ic(13, im, jm, kb, everything=False)
-    config = ic_config(write_ic(tmp_path / "ic.nc", **ic), im, jm, kb)
-    grid = icfile.setup_grid(config)
-    tps = 0.5 / np.sqrt(1 / grid["dx"] ** 2 + 1 / grid["dy"] ** 2) / np.sqrt(
-        config.grav * (grid["h"] + config.small))
-    limit = tps[grid["fsm"] > 0].min()
+    config = ic_config(write_ic(tmp_path / "ic.nc", **ic), im, jm, kb, slmax=slmax)
+    state = new_state(config)
+    limit = state["tps"][state["fsm"] > 0].min()
     check_external_cfl(dataclasses.replace(config, dte=limit * (1 - 1e-9)))
     with pytest.raises(ConfigError, match=f"dte must be < {limit:.6g} s"):
         check_external_cfl(dataclasses.replace(config, dte=limit * (1 + 1e-9)))

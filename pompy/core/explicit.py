@@ -9,12 +9,13 @@ and an entry of ``core.state``. The set-up is computed on the CPU in
 float64, then moved to the core's device and dtype, so a float32 or CUDA
 run starts from the same initial state as the float64 CPU run.
 
-After every internal step the core reads one detached value pair from the
-device (vamax and whether every prognostic field is finite) to decide
-whether to stop: pom2k stops after a step whose external velocity exceeds
-vmaxl; pompy also stops on a NaN or infinity, which pom2k's check misses.
-Either stop raises :class:`pompy.run.ModelStop` with the state of the last
-good step, which the time loop never writes in place.
+Each internal step reads two detached values from the device: vamax after
+the external passes (pom2k's velocity check, which decides whether the
+internal mode runs) and, after the internal mode, whether every prognostic
+field is finite. pom2k stops after a step whose vamax exceeds vmaxl; pompy
+also stops on a NaN or infinity, which pom2k's check skips. Either stop
+raises :class:`pompy.run.ModelStop`; ``last_good`` then holds the state of
+the step before, which the time loop never writes in place.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from pompy.config import Config, parameters
 from pompy.core import stepping
 from pompy.core.stepping import run
 from pompy.ops import X, Y, inside, shift
-from pompy.run import CFLViolation, ModelStop, NonFiniteState, progress_update
+from pompy.run import CFLViolation, ModelStop, NonFiniteState, first_non_finite, progress_update
 
 # The fields the time loop advances or that a caller may set as inputs
 # (initial conditions, forcing): cloned at loop entry so that a leaf tensor
@@ -44,6 +45,11 @@ COMPILED = ("advct", "advave", "advu", "advv", "advq", "vertvl", "advt1", "advt2
             "surface_forcing", "vertical_averages")
 
 
+def _to_numpy(state: dict) -> dict[str, np.ndarray]:
+    return {name: np.asfortranarray(t.detach().to("cpu", torch.float64).numpy())
+            for name, t in state.items()}
+
+
 class ExplicitCore:
     """pom2k, vectorised in torch: same routines, same order, same numbers."""
 
@@ -53,7 +59,11 @@ class ExplicitCore:
             raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
         object.__setattr__(self, "state", {})
         # torch.compile each physics routine (not the main-loop sections,
-        # whose Python branches on iext would recompile for every pass)
+        # whose Python branches on iext would recompile for every pass).
+        # bcond compiles once per case, dtype and grid: more than dynamo's
+        # default 8 versions of one function
+        if compile:
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.routines = stepping.ROUTINES if not compile else {
             name: (torch.compile(fn) if name in COMPILED else fn)
             for name, fn in stepping.ROUTINES.items()}
@@ -107,6 +117,7 @@ class ExplicitCore:
         zero. The next step is iint+1."""
         c = self.config
         state = {}
+        self.period = math.inf
         for name in (*variables.VARIABLES, *variables.WORK):
             shape = variables.shape(name, c.im, c.jm, c.kb)
             value = arrays.get(name)
@@ -118,20 +129,19 @@ class ExplicitCore:
             if tuple(value.shape) != shape:
                 raise ValueError(f"{name}: shape {tuple(value.shape)} does not fit the config's "
                                  f"grid (expected {shape} for im={c.im}, jm={c.jm}, kb={c.kb})")
+            if name == "cor":
+                # inertial period (days) for the forcing ramp, from the given (float64) cor
+                f = abs(float(value[c.im // 2 - 1, c.jm // 2 - 1]))
+                self.period = (2.0 * math.pi) / f / 86400.0 if f != 0 else math.inf
             state[name] = value.detach().to(device=self.device, dtype=self.dtype).clone()
         object.__setattr__(self, "state", state)
-        cor = state["cor"]
-        # inertial period (days) for the forcing ramp
-        self.period = (2.0 * math.pi) / abs(float(cor[c.im // 2 - 1, c.jm // 2 - 1])) / 86400.0 \
-            if float(cor[c.im // 2 - 1, c.jm // 2 - 1]) != 0 else math.inf
         self.iint, self.time0 = iint, time0
         self.time = c.dti * iint / 86400.0 + time0
         self.last_good = None
 
     def numpy_state(self) -> dict[str, np.ndarray]:
         """Every variable as a float64 numpy array in pom2k (Fortran) order."""
-        return {name: np.asfortranarray(t.detach().to("cpu", torch.float64).numpy())
-                for name, t in self.state.items()}
+        return _to_numpy(self.state)
 
     # ------------------------------------------------------------ time loop
     def run_time_loop(self, callback: Callable[[ExplicitCore], None] | None = None) -> None:
@@ -169,43 +179,31 @@ class ExplicitCore:
         s["vtf"] = inside(va * (d + shift(d, Y, -1)) * isp2i, s["vtf"], j=(2, c.jm))
         for iext in range(1, isplit + 1):
             s = stepping.external_step(s, dict(p, iext=iext), self.routines)
-        vamax, finite = self._check(s)
-        if vamax <= c.vmaxl and finite:
+        # pom2k's velocity check of the last pass: the first value read from
+        # the device this step (a NaN fails it; pom2k's check skips NaN)
+        self.vamax = vamax = float(s.pop("vamax"))
+        imax, jmax = s.pop("imax"), s.pop("jmax")
+        going = vamax <= c.vmaxl
+        if going:
             if (iint != 1 or self.time0 != 0.0) and c.mode != 2:
                 s = stepping.internal_step(s, p, self.routines)
             s["egb"], s["etb"], s["et"] = s["egf"].clone(), s["et"].clone(), s["etf"].clone()
             s["dt"] = s["h"] + s["et"]
             s["utb"], s["vtb"], s["vfluxb"] = s["utf"].clone(), s["vtf"].clone(), s["vfluxf"].clone()
-            vamax, finite = self._check(s)
-        for key in ("vamax", "imax", "jmax"):
-            s.pop(key, None)
+            going = self._finite(s)              # the second value read
         object.__setattr__(self, "state", s)
         self.iint, self.time = iint, time
-        if vamax > c.vmaxl or not finite:
+        if not going:
             self.last_good = good
-            if not finite:
-                raise NonFiniteState(iint, *self._first_non_finite(), restart=None)
-            imax, jmax = self._vaf_location(s)
-            raise CFLViolation(iint, vamax, imax, jmax, c.vmaxl)
+            if vamax > c.vmaxl:
+                raise CFLViolation(iint, vamax, int(imax), int(jmax), c.vmaxl)
+            raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
 
-    def _check(self, s: dict) -> tuple[float, bool]:
-        """(vamax, every prognostic field finite), one read from the device."""
-        finite = torch.stack([torch.isfinite(s[n]).all() for n in variables.names("prognostic")]).all()
-        both = torch.stack([s["vamax"].to(torch.float64), finite.to(torch.float64)]).tolist()
-        self.vamax = both[0]
-        return both[0], bool(both[1])
-
-    def _vaf_location(self, s: dict) -> tuple[int, int]:
-        _, imax, jmax = stepping._vel_check(s["vaf"])
-        return int(imax), int(jmax)
-
-    def _first_non_finite(self) -> tuple[str, tuple[int, ...]]:
-        for name in variables.names("prognostic") + ["vaf", "uaf", "elf"]:
-            bad = ~torch.isfinite(self.state[name])
-            if bool(bad.any()):
-                where = torch.nonzero(bad)[0].tolist()
-                return name, tuple(int(x) + 1 for x in where)
-        return "vaf", (0, 0)
+    @staticmethod
+    def _finite(s: dict) -> bool:
+        """Whether every prognostic field is finite (one read from the device)."""
+        return bool(torch.stack([torch.isfinite(s[n]).all()
+                                 for n in variables.names("prognostic")]).all())
 
     # ------------------------------------------------------------ pompy.run interface
     name = "explicit"
@@ -217,6 +215,5 @@ class ExplicitCore:
         try:
             self.run_time_loop(lambda core: progress_update(bar, core.iint, core.config, core.vamax))
         except ModelStop as exc:
-            exc.last_good = {name: np.asfortranarray(t.detach().to("cpu", torch.float64).numpy())
-                             for name, t in self.last_good.items()}
+            exc.last_good = _to_numpy(self.last_good)
             raise

@@ -15,7 +15,7 @@ from torch import Tensor
 from pompy.core.density import dens
 from pompy.core.grid import areas_masks, depth, slpmax
 from pompy.core.problems import grid_coordinates
-from pompy.ops import expand3, inside
+from pompy.ops import above_kb, expand3, inside
 
 
 class File2icOut(NamedTuple):
@@ -62,13 +62,6 @@ class File2icOut(NamedTuple):
     sbs: Tensor
 
 
-def _levels_below_kb(value: Tensor, old: Tensor) -> Tensor:
-    """``value`` at k = 1..kbm1 (the last dimension), ``old`` at k = kb."""
-    kb = old.size(-1)
-    keep = torch.arange(kb, device=old.device) < kb - 1
-    return torch.where(keep, value, old)
-
-
 def file2ic(kl1, kl2, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, t, s, u, v, ua, va,
             el, dx, dy, z, zz, dz, dzz, east_c, north_c, east_e, north_e, east_u, north_u,
             east_v, north_v, rot, h, art, aru, arv, fsm, dum, dvm, tb, sb, tclim, sclim,
@@ -109,7 +102,7 @@ def file2ic(kl1, kl2, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, t, s, u, 
     dt = h + etb
     aam2d = aam[:, :, 0].clone()
     rho = dens(grav, rhoref, tbias, sbias, levels.zz, h, masks.fsm, sb, tb, rho).rhoo
-    boundary = {name: _levels_below_kb(value - bias, value)
+    boundary = {name: above_kb(value - bias, value)
                 for name, value, bias in (("tbe", tbe, tbias), ("tbw", tbw, tbias),
                                           ("sbe", sbe, sbias), ("sbw", sbw, sbias),
                                           ("tbn", tbn, tbias), ("tbs", tbs, tbias),

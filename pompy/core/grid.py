@@ -45,8 +45,9 @@ def depth(kl1: int, kl2: int, z: Tensor, zz: Tensor, dz: Tensor, dzz: Tensor) ->
     Only the shapes, dtype and device of the inputs are used. The levels
     are sums of small integers, built exactly in float64 as in the Fortran."""
     kb = z.shape[0]
-    if not (2 <= kl1 < kl2 <= kb and kb - kl2 < len(KDZ) and kl1 <= len(KDZ)):
-        raise ValueError(f"depth: kl1={kl1}, kl2={kl2} do not fit kb={kb} (2 <= kl1 < kl2 <= kb)")
+    if not (2 <= kl1 < kl2 <= kb and kb - kl2 <= len(KDZ) and kl1 <= len(KDZ) + 1):
+        raise ValueError(f"depth: kl1={kl1}, kl2={kl2} do not fit kb={kb} "
+                         f"(2 <= kl1 <= 13, kl1 < kl2 <= kb, kb-kl2 <= 12)")
     # a recursion over k, as pom2k's; 1-D and set-up only
     zk = [0.0]
     for k in range(2, kl1 + 1):

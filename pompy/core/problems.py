@@ -16,7 +16,7 @@ from torch import Tensor
 
 from pompy.core.density import dens
 from pompy.core.grid import areas_masks, depth, slpmax
-from pompy.ops import expand3, inside, levels
+from pompy.ops import above_kb, between, expand3, inside, levels
 
 
 class GridCoordinatesOut(NamedTuple):
@@ -163,7 +163,7 @@ def grid_coordinates(dx, dy, east_c, north_c, east_e, north_e, east_u, north_u,
                               torch.zeros_like(rot))
 
 
-def _grid_tail(grav, rhoref, tbias, sbias, s: dict) -> dict:
+def _initial_elevation_and_density(grav, rhoref, tbias, sbias, s: dict) -> dict:
     """The set-up both problems share once h is final: initial level n-1
     elevations, aam2d, dens and rmean (the initial density: it depends on
     z only in both problems, so it is its own horizontal average)."""
@@ -229,32 +229,33 @@ def seamount(kl1, kl2, hmax, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, z,
     dum3 = expand3(s["dum"]).expand(im, jm, kb)
     s["ub"] = inside(vel * dum3, ub, k=(1, kb - 1))
     s["uab"] = vel * s["dum"]
-    s = _grid_tail(grav, rhoref, tbias, sbias, s)
+    s = _initial_elevation_and_density(grav, rhoref, tbias, sbias, s)
     # open east and west boundaries: geostrophically balanced elevations,
     # a running sum along j (pom2k's recursion), zero mid-channel
-    uab_, cor_, dy_, fsm_ = s["uab"], s["cor"], s["dy"], s["fsm"]
-    s["uabw"] = inside(uab_[1], uabw, i=(2, jm - 1))
-    s["uabe"] = inside(uab_[im - 2], uabe, i=(2, jm - 1))
-    slope_e = -cor_[im - 2, 1:jm - 1] * uab_[im - 2, 1:jm - 1] / grav * dy_[im - 2, 0:jm - 2]
-    slope_w = -cor_[1, 1:jm - 1] * uab_[1, 1:jm - 1] / grav * dy_[1, 0:jm - 2]
-    e_run = torch.cat([torch.cumsum(torch.cat([ele[:1], slope_e]), 0), ele[jm - 1:]])
-    w_run = torch.cat([torch.cumsum(torch.cat([elw[:1], slope_w]), 0), elw[jm - 1:]])
-    jmid = (jm - 1) // 2 - 1
-    s["ele"] = inside((e_run - e_run[jmid]) * fsm_[im - 1], ele, i=(2, jm - 1))
-    s["elw"] = inside((w_run - w_run[jmid]) * fsm_[1], elw, i=(2, jm - 1))
+    ua_set, cor_set, dy_set, fsm_set = s["uab"], s["cor"], s["dy"], s["fsm"]
+    s["uabw"] = between(ua_set[1], uabw, 2, jm - 1)           # j = 2..jmm1
+    s["uabe"] = between(ua_set[im - 2], uabe, 2, jm - 1)
+
+    def elevation(i: int, el_edge: Tensor) -> Tensor:
+        # el(j) = el(j-1) - cor*uab/grav*dy(j-1) at column i, j = 2..jmm1
+        slope = -cor_set[i, 1:jm - 1] * ua_set[i, 1:jm - 1] / grav * dy_set[i, 0:jm - 2]
+        return torch.cat([torch.cumsum(torch.cat([el_edge[:1], slope]), 0), el_edge[jm - 1:]])
+
+    e_run, w_run = elevation(im - 2, ele), elevation(1, elw)
+    jmid = (jm - 1) // 2 - 1                                   # pom2k's jmm1/2
+    s["ele"] = between((e_run - e_run[jmid]) * fsm_set[im - 1], ele, 2, jm - 1)
+    s["elw"] = between((w_run - w_run[jmid]) * fsm_set[1], elw, 2, jm - 1)
     s = _boundary_ts(s, tbe, tbw, sbe, sbw, tbn, tbs, sbn, sbs)
     return SeamountOut(**{n: s[n] for n in SeamountOut._fields})
 
 
 def _boundary_ts(s, tbe, tbw, sbe, sbw, tbn, tbs, sbn, sbs) -> dict:
     """Lateral T, S boundary values: the initial state at the edges, k=1..kbm1."""
-    kb = s["tb"].size(2)
     for name, value, old in (("tbe", s["tb"][-1], tbe), ("tbw", s["tb"][0], tbw),
                              ("sbe", s["sb"][-1], sbe), ("sbw", s["sb"][0], sbw),
                              ("tbn", s["tb"][:, -1], tbn), ("tbs", s["tb"][:, 0], tbs),
                              ("sbn", s["sb"][:, -1], sbn), ("sbs", s["sb"][:, 0], sbs)):
-        keep = torch.arange(kb, device=old.device) < kb - 1
-        s[name] = torch.where(keep, value, old)
+        s[name] = above_kb(value, old)
     return s
 
 
@@ -279,5 +280,5 @@ def box(kl1, kl2, grav, rhoref, tbias, sbias, aam, z, zz, dz, dzz, dx, dy, cor,
     ee = s["east_e"]
     s["e_atmos"] = tilt * (ee - ee[(im + 1) // 2 - 1]) * s["fsm"]
     s["vfluxf"] = vflux_box * s["fsm"]
-    s = _grid_tail(grav, rhoref, tbias, sbias, s)
+    s = _initial_elevation_and_density(grav, rhoref, tbias, sbias, s)
     return BoxOut(**{n: s[n] for n in BoxOut._fields})

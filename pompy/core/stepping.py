@@ -11,8 +11,9 @@ vertical_averages take the oracle's arguments by name, as the routines of
 the physics modules do. initialize, external_step and internal_step are
 sections of pom2k's main program that touch most of the state, so they
 take the state ``s`` (pom2k names -> tensors) and the parameters ``p``
-(pom2k names -> numbers) and return {name: new tensor} for every array
-they write; the inputs are never written. Inside them, the routine calls
+(pom2k names -> numbers) and return the new state dict (external_step
+adds its velocity check: vamax, imax, jmax); the input tensors are never
+written. Inside them, the routine calls
 are written as pom2k writes them (``"advq(q2b,q2,uf,a,c)"``) and bound to
 the state by :func:`call`.
 """
@@ -26,7 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.calls import bind, literal
+from pompy.calls import argument, bind
 from pompy.core import advection, boundary, density, grid, problems, tracers, turbulence, vertical
 from pompy.core.file2ic import file2ic
 from pompy.core.viscosity import smagorinsky
@@ -138,19 +139,7 @@ def call(call_text: str, s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     the actual names to what the routine wrote. ``routines`` maps names to
     the functions to run (e.g. torch.compile'd ones)."""
     name, args, binding = _bound(call_text)
-    fn = routines[name]
-    kwargs = {}
-    for arg, source in args:
-        if source in s:
-            kwargs[arg] = s[source]
-        elif source in p:
-            kwargs[arg] = p[source]
-        else:
-            number = literal(source)
-            if number is None:
-                raise KeyError(f"{call_text}: no value for argument {arg!r} (bound to {source!r})")
-            kwargs[arg] = number
-    out = fn(**kwargs)
+    out = routines[name](**{arg: argument(call_text, arg, source, s, p) for arg, source in args})
     return {binding.get(f, f): v for f, v in zip(out._fields, out)}
 
 

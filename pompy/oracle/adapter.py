@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pompy.calls import bind, literal
+from pompy.calls import argument, bind
 from pompy.oracle.build import load
 
 _ARRAY = re.compile(r"^(\w+) : (?:input|in/output) rank-\d array\('d'\) with bounds \(([\w,]+)\)", re.M)
@@ -78,20 +78,11 @@ class Oracle:
         kwargs, written = {}, {}
         for arg in sig.args:
             source = binding.get(arg, arg)
-            if source in state:
-                value = state[source]
-                if arg in sig.inout:
-                    if not inplace:
-                        value = np.array(value, dtype=np.float64, order="F", copy=True)
-                    written[source] = value
-            elif source in params:
-                value = params[source]
-            elif literal(source) is not None:
-                value = literal(source)
-            else:
-                raise KeyError(f"oracle {name}: no value for argument {arg!r}"
-                               + (f" (bound to {source!r})" if source != arg else "")
-                               + " in the state or the parameters")
+            value = argument(f"oracle {name}", arg, source, state, params)
+            if source in state and arg in sig.inout:
+                if not inplace:
+                    value = np.array(value, dtype=np.float64, order="F", copy=True)
+                written[source] = value
             kwargs[arg] = value
         result = getattr(self.module, name)(**kwargs)
         if sig.outputs:

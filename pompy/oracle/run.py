@@ -94,6 +94,27 @@ class OracleModel:
                     run_steps(kept, self.config, self.iint + 1, exc.iint - 1)
                 exc.last_good = kept
                 raise
+            if not _finite(self.state):
+                self._find_non_finite_step(kept, stop)
             for iint in range(self.iint + 1, stop + 1):
                 progress_update(bar, iint, self.config, float(np.abs(self.state["vaf"]).max()))
             self.iint = stop
+
+    def _find_non_finite_step(self, good: dict, stop: int) -> None:
+        """pom2k's check skips NaN, so the driver runs on through it: redo the
+        chunk step by step from ``good`` and stop at the first non-finite step."""
+        from pompy.run import NonFiniteState, first_non_finite
+
+        for iint in range(self.iint + 1, stop + 1):
+            trial = {k: v.copy(order="F") for k, v in good.items()}
+            run_steps(trial, self.config, iint, iint)
+            if not _finite(trial):
+                self.state = trial
+                exc = NonFiniteState(iint, *first_non_finite(trial))
+                exc.last_good = good
+                raise exc
+            good = trial
+
+
+def _finite(state: dict) -> bool:
+    return all(np.isfinite(state[name]).all() for name in variables.names("prognostic"))
