@@ -8,6 +8,9 @@ routine is a pom2k common-block name, looked up by that name.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
+
+from torch import Tensor
 
 # pom2k's dummy arguments, for the routines that take any.
 POM2K_DUMMIES = {
@@ -75,3 +78,9 @@ def literal(text: str) -> int | float | None:
     except ValueError:
         return None
     return int(text) if re.fullmatch(r"[+-]?\d+", text.strip()) else value
+
+
+def outputs(typename: str, fields: str) -> type:
+    """The NamedTuple a routine returns: its in/output arguments (space
+    separated, in the oracle's argument order), each a Tensor."""
+    return NamedTuple(typename, [(name, Tensor) for name in fields.split()])

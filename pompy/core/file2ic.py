@@ -7,59 +7,17 @@ oracle's order, as new tensors in a NamedTuple; inputs are never written.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
-from torch import Tensor
 
 from pompy.core.density import dens
-from pompy.core.grid import areas_masks, depth, slpmax
-from pompy.core.problems import grid_coordinates
+from pompy.calls import outputs
+from pompy.core.grid import AREAS_MASKS, LEVELS, areas_masks, depth, slpmax
+from pompy.core.problems import COORDINATES, grid_coordinates
 from pompy.ops import above_kb, expand3, inside
 
 
-class File2icOut(NamedTuple):
-    z: Tensor
-    zz: Tensor
-    dz: Tensor
-    dzz: Tensor
-    east_c: Tensor
-    north_c: Tensor
-    east_e: Tensor
-    north_e: Tensor
-    east_u: Tensor
-    north_u: Tensor
-    east_v: Tensor
-    north_v: Tensor
-    rot: Tensor
-    h: Tensor
-    art: Tensor
-    aru: Tensor
-    arv: Tensor
-    fsm: Tensor
-    dum: Tensor
-    dvm: Tensor
-    tb: Tensor
-    sb: Tensor
-    tclim: Tensor
-    sclim: Tensor
-    ub: Tensor
-    vb: Tensor
-    uab: Tensor
-    vab: Tensor
-    elb: Tensor
-    etb: Tensor
-    dt: Tensor
-    aam2d: Tensor
-    rho: Tensor
-    tbe: Tensor
-    tbw: Tensor
-    sbe: Tensor
-    sbw: Tensor
-    tbn: Tensor
-    tbs: Tensor
-    sbn: Tensor
-    sbs: Tensor
+File2icOut = outputs("File2icOut", f"{LEVELS} {COORDINATES} h {AREAS_MASKS} tb sb tclim sclim ub vb "
+                                   "uab vab elb etb dt aam2d rho tbe tbw sbe sbw tbn tbs sbn sbs")
 
 
 def file2ic(kl1, kl2, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, t, s, u, v, ua, va,

@@ -6,35 +6,20 @@ in/output arguments as new tensors in a NamedTuple.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.ops import X, Y, inside, shift
 
 # pom2k depth's log spacing: 1, 1, 2, 4, ..., 1024
 KDZ = (1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
-
-class DepthOut(NamedTuple):
-    z: Tensor
-    zz: Tensor
-    dz: Tensor
-    dzz: Tensor
-
-
-class AreasMasksOut(NamedTuple):
-    art: Tensor
-    aru: Tensor
-    arv: Tensor
-    fsm: Tensor
-    dum: Tensor
-    dvm: Tensor
-
-
-class SlpmaxOut(NamedTuple):
-    h: Tensor
+LEVELS = "z zz dz dzz"
+AREAS_MASKS = "art aru arv fsm dum dvm"
+DepthOut = outputs("DepthOut", LEVELS)
+AreasMasksOut = outputs("AreasMasksOut", AREAS_MASKS)
+SlpmaxOut = outputs("SlpmaxOut", "h")
 
 
 def depth(kl1: int, kl2: int, z: Tensor, zz: Tensor, dz: Tensor, dzz: Tensor) -> DepthOut:

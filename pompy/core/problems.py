@@ -9,114 +9,23 @@ once; pompy runs it on the CPU in float64 (see ExplicitCore).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.core.density import dens
-from pompy.core.grid import areas_masks, depth, slpmax
+from pompy.core.grid import AREAS_MASKS, LEVELS, areas_masks, depth, slpmax
 from pompy.ops import above_kb, between, expand3, inside, levels
 
+# the post-processing coordinates grid_coordinates writes
+COORDINATES = "east_c north_c east_e north_e east_u north_u east_v north_v rot"
 
-class GridCoordinatesOut(NamedTuple):
-    east_c: Tensor
-    north_c: Tensor
-    east_e: Tensor
-    north_e: Tensor
-    east_u: Tensor
-    north_u: Tensor
-    east_v: Tensor
-    north_v: Tensor
-    rot: Tensor
-
-
-class SeamountOut(NamedTuple):
-    z: Tensor
-    zz: Tensor
-    dz: Tensor
-    dzz: Tensor
-    dx: Tensor
-    dy: Tensor
-    cor: Tensor
-    east_c: Tensor
-    north_c: Tensor
-    east_e: Tensor
-    north_e: Tensor
-    east_u: Tensor
-    north_u: Tensor
-    east_v: Tensor
-    north_v: Tensor
-    rot: Tensor
-    h: Tensor
-    art: Tensor
-    aru: Tensor
-    arv: Tensor
-    fsm: Tensor
-    dum: Tensor
-    dvm: Tensor
-    tb: Tensor
-    sb: Tensor
-    tclim: Tensor
-    sclim: Tensor
-    ub: Tensor
-    uab: Tensor
-    elb: Tensor
-    etb: Tensor
-    dt: Tensor
-    aam2d: Tensor
-    rho: Tensor
-    rmean: Tensor
-    uabe: Tensor
-    uabw: Tensor
-    ele: Tensor
-    elw: Tensor
-    tbe: Tensor
-    tbw: Tensor
-    sbe: Tensor
-    sbw: Tensor
-    tbn: Tensor
-    tbs: Tensor
-    sbn: Tensor
-    sbs: Tensor
-
-
-class BoxOut(NamedTuple):
-    z: Tensor
-    zz: Tensor
-    dz: Tensor
-    dzz: Tensor
-    dx: Tensor
-    dy: Tensor
-    cor: Tensor
-    east_c: Tensor
-    north_c: Tensor
-    east_e: Tensor
-    north_e: Tensor
-    east_u: Tensor
-    north_u: Tensor
-    east_v: Tensor
-    north_v: Tensor
-    rot: Tensor
-    h: Tensor
-    art: Tensor
-    aru: Tensor
-    arv: Tensor
-    fsm: Tensor
-    dum: Tensor
-    dvm: Tensor
-    tb: Tensor
-    sb: Tensor
-    tclim: Tensor
-    sclim: Tensor
-    elb: Tensor
-    etb: Tensor
-    dt: Tensor
-    aam2d: Tensor
-    rho: Tensor
-    rmean: Tensor
-    e_atmos: Tensor
-    vfluxf: Tensor
+GridCoordinatesOut = outputs("GridCoordinatesOut", COORDINATES)
+_SET_UP = f"{LEVELS} dx dy cor {COORDINATES} h {AREAS_MASKS} tb sb tclim sclim"
+SeamountOut = outputs("SeamountOut", f"{_SET_UP} ub uab elb etb dt aam2d rho rmean uabe uabw ele elw "
+                                     "tbe tbw sbe sbw tbn tbs sbn sbs")
+BoxOut = outputs("BoxOut", f"{_SET_UP} elb etb dt aam2d rho rmean e_atmos vfluxf")
 
 
 def _running_sum(a: Tensor, dim: int) -> Tensor:

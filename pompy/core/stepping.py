@@ -22,12 +22,11 @@ from __future__ import annotations
 import inspect
 import math
 from functools import lru_cache
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from pompy.calls import argument, bind
+from pompy.calls import argument, bind, outputs
 from pompy.core import advection, boundary, density, grid, problems, tracers, turbulence, vertical
 from pompy.core.file2ic import file2ic
 from pompy.core.viscosity import smagorinsky
@@ -43,15 +42,7 @@ def depth_sum(a: Tensor, dz: Tensor, kend: int) -> Tensor:
     return acc
 
 
-class SurfaceForcingOut(NamedTuple):
-    wusurf: Tensor
-    wvsurf: Tensor
-    e_atmos: Tensor
-    vfluxf: Tensor
-    w: Tensor
-    wtsurf: Tensor
-    swrad: Tensor
-    wssurf: Tensor
+SurfaceForcingOut = outputs("SurfaceForcingOut", "wusurf wvsurf e_atmos vfluxf w wtsurf swrad wssurf")
 
 
 def surface_forcing(iproblem, ramp, tbias, sbias, dvm, t, s, tclim, sclim, wusurf, wvsurf,
@@ -84,19 +75,8 @@ def surface_forcing(iproblem, ramp, tbias, sbias, dvm, t, s, tclim, sclim, wusur
     return SurfaceForcingOut(wusurf, wvsurf, e_atmos, vfluxf, w, wtsurf, swrad, wssurf)
 
 
-class VerticalAveragesOut(NamedTuple):
-    adx2d: Tensor
-    ady2d: Tensor
-    drx2d: Tensor
-    dry2d: Tensor
-    aam2d: Tensor
-    advua: Tensor
-    advva: Tensor
-    fluxua: Tensor
-    fluxva: Tensor
-    wubot: Tensor
-    wvbot: Tensor
-    tps: Tensor
+VerticalAveragesOut = outputs("VerticalAveragesOut", "adx2d ady2d drx2d dry2d aam2d advua advva "
+                                                     "fluxua fluxva wubot wvbot tps")
 
 
 def vertical_averages(mode, dz, advx, advy, drhox, drhoy, aam, d, ua, va, uab, vab, cbc, dx,
