@@ -119,23 +119,3 @@ subroutine baropg(im, jm, kb, grav, zz, dx, dy, dt, dum, dvm, rmean, rho, drhox,
   end do
 end subroutine baropg
 
-
-subroutine abs_pow15(im, jm, kb, sr, pw)
-  ! |sr|**1.5 for k=1..kbm1, in dens's loop nest and with its flags, so
-  ! that gfortran -O3 pairs the same elements for glibc's vector pow
-  ! (libmvec) as in dens. Not pom2k: pompy.compat uses it to give the
-  ! torch dens pom2k's own x**1.5 (bit-for-bit regression runs).
-  implicit none
-  integer, intent(in) :: im, jm, kb
-  real(8), intent(in) :: sr(im,jm,kb)
-  real(8), intent(inout) :: pw(im,jm,kb)
-  integer :: i, j, k
-
-  do k = 1, kb-1
-    do j = 1, jm
-      do i = 1, im
-        pw(i,j,k) = abs(sr(i,j,k))**1.5d0
-      end do
-    end do
-  end do
-end subroutine abs_pow15

@@ -353,11 +353,11 @@ def test_cfl_check_reads_the_file(oracle, tmp_path, slmax):
 
 def test_explicit_core_runs_an_ic_file_as_the_oracle(oracle, tmp_path):
     """ExplicitCore with iproblem 3: the set-up from the file, then 20 steps,
-    against the oracle's. With the oracle's pow (fortran_pow), the only
+    against the oracle's. With the oracle's pow (fortran_math), the only
     difference is cbc's log at set-up (measured 2.9e-17); the 20 steps then
     end equal to the last bit (measured 0, bar 1e-12)."""
     from conftest import assert_fields_close
-    from pompy.compat import fortran_pow
+    from pompy.compat import fortran_math
     from pompy.core.explicit import ExplicitCore
 
     ic = random_ic(7, 10, 9, 6)
@@ -366,7 +366,7 @@ def test_explicit_core_runs_an_ic_file_as_the_oracle(oracle, tmp_path):
     config = ic_config(path, 10, 9, 6, dte=3.0)
     want = new_state(config)
     core = ExplicitCore(config)
-    with fortran_pow():
+    with fortran_math():
         core.run_initialization()
         assert_fields_close(core.numpy_state(), want, 2e-16, names=list(variables.VARIABLES),
                             label="set-up")

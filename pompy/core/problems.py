@@ -8,15 +8,14 @@ once; pompy runs it on the CPU in float64 (see ExplicitCore).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
+from pompy import compat
 from pompy.calls import outputs
 from pompy.core.density import dens
 from pompy.core.grid import AREAS_MASKS, LEVELS, areas_masks, depth, slpmax
-from pompy.ops import above_kb, between, expand3, inside, levels
+from pompy.ops import above_kb, between, expand3, inside
 
 # the post-processing coordinates grid_coordinates writes
 COORDINATES = "east_c north_c east_e north_e east_u north_u east_v north_v rot"
@@ -116,25 +115,19 @@ def seamount(kl1, kl2, hmax, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, z,
     s = dict(locals())
     im, jm, kb = tb.shape
     delh, delx, ra, vel = 0.9, 8000.0, 25000.0, 0.2
-    pi = math.atan(1.0) * 4.0
-    ii = torch.arange(1, im + 1, dtype=dx.dtype, device=dx.device)
-    jj = torch.arange(1, jm + 1, dtype=dx.dtype, device=dx.device)
-    s["dx"] = (delx - delx * torch.sin(pi * ii / im) / 2.0).unsqueeze(1).expand(im, jm).clone()
-    s["dy"] = (delx - delx * torch.sin(pi * jj / jm) / 2.0).unsqueeze(0).expand(im, jm).clone()
+    sin_i, sin_j = compat.seamount_sin(im, jm, dx)        # sin(pi*i/im), sin(pi*j/jm)
+    s["dx"] = delx - delx * sin_i / 2.0
+    s["dy"] = delx - delx * sin_j / 2.0
     s["cor"] = torch.full_like(cor, 1.e-4)
     s = _levels_and_coordinates(kl1, kl2, s)
-    ec, nc = s["east_c"], s["north_c"]
-    ic, jc = (im + 1) // 2 - 1, (jm + 1) // 2 - 1
-    r2 = (ec - ec[ic:ic + 1]) ** 2 + (nc - nc[:, jc:jc + 1]) ** 2
-    hh = hmax * (1.0 - delh * torch.exp(-r2 / ra ** 2))
+    hh = hmax * (1.0 - delh * compat.seamount_exp(s["east_c"], s["north_c"], ra))
     hh = torch.where(hh < 1.0, 1.0, hh)
     hh = inside(hh, 1.0, j=(2, jm - 1))               # the channel walls
     s["h"] = hh
     s.update(areas_masks(s["dx"], s["dy"], hh, art, aru, arv, fsm, dum, dvm)._asdict())
     if slmax < 1.0:
         s["h"] = slpmax(slmax, s["fsm"], s["h"]).h
-    s = _initial_ts(5.0 + 15.0 * torch.exp(levels(s["zz"]) * expand3(s["h"]) / 1000.0),
-                    35.0, tbias, sbias, s)
+    s = _initial_ts(5.0 + 15.0 * compat.seamount_texp(s["zz"], s["h"]), 35.0, tbias, sbias, s)
     dum3 = expand3(s["dum"]).expand(im, jm, kb)
     s["ub"] = inside(vel * dum3, ub, k=(1, kb - 1))
     s["uab"] = vel * s["dum"]

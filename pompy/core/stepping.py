@@ -26,6 +26,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from pompy import compat
 from pompy.calls import argument, bind, outputs
 from pompy.core import advection, boundary, density, grid, problems, tracers, turbulence, vertical
 from pompy.core.file2ic import file2ic
@@ -173,7 +174,7 @@ def initialize(s: dict, p: dict) -> dict:
     s["drx2d"] = depth_sum(s["drhox"], s["dz"], kbm1)
     s["dry2d"] = depth_sum(s["drhoy"], s["dz"], kbm1)
     # bottom friction coefficient (if cbcmax bites, z0b or the vertical spacing is wrong)
-    cbc = (p["kappa"] / torch.log((1.0 + s["zz"][kbm1 - 1]) * s["h"] / p["z0b"])) ** 2
+    cbc = over(p["kappa"], compat.cbc_log(s["zz"], s["h"], p["z0b"])) ** 2
     s["cbc"] = torch.clamp(torch.clamp(cbc, min=p["cbcmin"]), max=p["cbcmax"])
     # external (2-D) CFL time step
     dx, dy = s["dx"], s["dy"]
