@@ -71,7 +71,9 @@ _ARGS = {"abs_pow15": (("sr",), ("pw",)), "seamount_sin": ((), ("si", "sj")),
 
 def abs_pow15(sr: Tensor) -> Tensor:
     """|sr|**1.5 (dens; pom2k's for k = 1..kbm1 inside fortran_math)."""
-    return _pom2k("abs_pow15", (torch.abs(sr) ** 1.5,), (sr,))[0]
+    from pompy.utils.safety import safe_abs_pow
+
+    return _pom2k("abs_pow15", (safe_abs_pow(sr, 1.5, layer="dens"),), (sr,))[0]
 
 
 def seamount_sin(im: int, jm: int, like: Tensor) -> tuple[Tensor, Tensor]:

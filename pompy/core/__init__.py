@@ -8,6 +8,7 @@ advu, advv, advq, vertvl), tracers (advt1, advt2, smol_adif), turbulence
 grid_coordinates), file2ic, and stepping (pom2k's main-program sections).
 ExplicitCore (pompy.core.explicit) runs the main loop.
 """
+from pompy.autodiff.policies import GradientPolicy, register_policy
 from pompy.core.advection import advave, advct, advq, advu, advv, vertvl
 from pompy.core.boundary import bcond
 from pompy.core.density import baropg, dens
@@ -21,6 +22,15 @@ from pompy.core.viscosity import smagorinsky
 
 from pompy.core.stepping import (external_step, initialize, internal_step, surface_forcing,
                                   vertical_averages)
+
+# The layers of pompy's safe operations (pompy.utils.safety), named after
+# the routines that guard a singular point. Their registered gradient
+# policy is PROJECT: zero at the guarded points, exact everywhere else, so
+# that gradients are the model's own (CLAMP, the global default, would
+# clip every derivative to [-1, 1]).
+PHYSICS_LAYERS = ("smagorinsky", "bottom_drag", "profq", "bcond", "dens")
+for _layer in PHYSICS_LAYERS:
+    register_policy(_layer, GradientPolicy.PROJECT)
 
 __all__ = ["advave", "advct", "advq", "advt1", "advt2", "advu", "advv", "areas_masks", "baropg",
            "bcond", "box", "dens", "depth", "external_step", "file2ic", "grid_coordinates",

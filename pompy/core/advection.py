@@ -13,7 +13,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, Z, expand3, inside, levels, shift, sqrt_rn
+from pompy.ops import X, Y, Z, expand3, inside, levels, shift
+from pompy.utils.safety import safe_sqrt
 
 
 def _im(a): return shift(a, X, -1)   # a(i-1)
@@ -173,12 +174,14 @@ def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tenso
     wubot_new, wvbot_new = wubot, wvbot
     if mode == 2:
         wubot_new = inside(-0.5 * (cbc + _im(cbc))
-                           * sqrt_rn(uab ** 2 + (.25 * (vab + _jp(vab) + _im(vab)
-                                                        + _im(_jp(vab)))) ** 2)
+                           * safe_sqrt(uab ** 2 + (.25 * (vab + _jp(vab) + _im(vab)
+                                                          + _im(_jp(vab)))) ** 2,
+                                       layer="bottom_drag")
                            * uab, rest=wubot, **inner)
         wvbot_new = inside(-0.5 * (cbc + _jm(cbc))
-                           * sqrt_rn(vab ** 2 + (.25 * (uab + _ip(uab) + _jm(uab)
-                                                        + _ip(_jm(uab)))) ** 2)
+                           * safe_sqrt(vab ** 2 + (.25 * (uab + _ip(uab) + _jm(uab)
+                                                          + _ip(_jm(uab)))) ** 2,
+                                       layer="bottom_drag")
                            * vab, rest=wvbot, **inner)
         tps = inside(.25 * ((_jp(va) + va) * (_ip(dy) - _im(dy))
                             - (_ip(ua) + ua) * (_jp(dx) - _jm(dx))) / (dx * dy),

@@ -11,7 +11,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, expand3, inside, over, shift, sqrt_rn
+from pompy.ops import X, Y, expand3, inside, over, shift
+from pompy.utils.safety import safe_sqrt
 
 
 class BcondOut(NamedTuple):
@@ -82,10 +83,13 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
         elf = e * fsm
 
     elif idx == 2:
-        ua_e = ramp * (uabe + rfe * sqrt_rn(over(grav, h[im - 2])) * (el[im - 2] - ele))
-        ua_w = ramp * (uabw - rfw * sqrt_rn(over(grav, h[1])) * (el[1] - elw))
-        va_n = ramp * (vabn + rfn * sqrt_rn(over(grav, h[:, jm - 2])) * (el[:, jm - 2] - eln))
-        va_s = ramp * (vabs - rfs * sqrt_rn(over(grav, h[:, 1])) * (el[:, 1] - els))
+        def wave_speed(depth):     # sqrt(grav/h), the radiation condition's
+            return safe_sqrt(over(grav, depth), layer="bcond")
+
+        ua_e = ramp * (uabe + rfe * wave_speed(h[im - 2]) * (el[im - 2] - ele))
+        ua_w = ramp * (uabw - rfw * wave_speed(h[1]) * (el[1] - elw))
+        va_n = ramp * (vabn + rfn * wave_speed(h[:, jm - 2]) * (el[:, jm - 2] - eln))
+        va_s = ramp * (vabs - rfs * wave_speed(h[:, 1]) * (el[:, 1] - els))
         # east and west (i = 1, 2, im), j = 2..jmm1
         ua1 = torch.cat([ua_w[None], ua_w[None], uaf[2:im - 1], ua_e[None]])
         uaf1 = inside(ua1, rest=uaf, j=(2, jm - 1))
@@ -104,7 +108,7 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
             return .25 * shift(a, Y, -1) + .5 * a + .25 * shift(a, Y, 1)
 
         us = smooth(u)
-        ga = sqrt_rn(h / hmax)
+        ga = safe_sqrt(h / hmax, layer="bcond")
         ga_e = ga[im - 1][:, None]
         ga_w = ga[0][:, None]
         uf_e = ga_e * us[im - 2] + (1. - ga_e) * us[im - 1]

@@ -11,7 +11,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, Z, inside, levels, over, shift, sqrt_rn
+from pompy.ops import X, Y, Z, inside, levels, over, shift
+from pompy.utils.safety import safe_sqrt
 
 
 class ProfqOut(NamedTuple):
@@ -71,13 +72,13 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     # scale (Stacey 1999), i = 1..imm1, j = 1..jmm1; zero on i = im, j = jm
     const1 = (16.6 ** (2.0 / 3.0)) * sef
     ij = dict(i=(1, imm1), j=(1, jmm1))
-    utau2 = sqrt_rn((.5 * (wusurf + shift(wusurf, X, 1))) ** 2
-                       + (.5 * (wvsurf + shift(wvsurf, Y, 1))) ** 2)
+    utau2 = safe_sqrt((.5 * (wusurf + shift(wusurf, X, 1))) ** 2
+                      + (.5 * (wvsurf + shift(wvsurf, Y, 1))) ** 2, layer="profq")
     ee1 = torch.zeros_like(dh)
     gg1 = inside((15.8 * cbcnst) ** (2.0 / 3.0) * utau2, 0.0, **ij)
     l0 = inside(surfl * utau2 / grav, 0.0, **ij)
-    ufkb = inside(sqrt_rn((.5 * (wubot + shift(wubot, X, 1))) ** 2
-                             + (.5 * (wvbot + shift(wvbot, Y, 1))) ** 2) * const1,
+    ufkb = inside(safe_sqrt((.5 * (wubot + shift(wubot, X, 1))) ** 2
+                            + (.5 * (wvbot + shift(wvbot, Y, 1))) ** 2, layer="profq") * const1,
                   uf[:, :, kb - 1], **ij)
 
     # speed of sound cc (in dtef) at k = 1..kbm1; pressure p in decibars
@@ -85,7 +86,7 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     sp = s + sbias
     p = grav * rhoref * (-levels(zz) * h.unsqueeze(-1)) * 1.e-4
     cc = 1449.1 + .00821 * p + 4.55 * tp - .045 * tp ** 2 + 1.34 * (sp - 35.0)
-    cc = cc / sqrt_rn((1.0 - .01642 * p / cc) * (1.0 - 0.40 * p / cc ** 2))
+    cc = cc / safe_sqrt((1.0 - .01642 * p / cc) * (1.0 - 0.40 * p / cc ** 2), layer="profq")
     cc = inside(cc, dtef, k=(1, kbm1))
 
     # buoyancy gradient
@@ -112,7 +113,7 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
 
     # dissipation (stf = 1: no Richardson-number correction, as pom2k)
     stf = 1.0
-    dtef = sqrt_rn(torch.abs(q2b)) * stf / (b1 * l + small)
+    dtef = safe_sqrt(torch.abs(q2b), layer="profq") * stf / (b1 * l + small)
 
     # q2: dti2*(kq*q2')' - q2*(2.*dti2*dtef+1.) = -q2b, surface ee1, gg1
     eel, ggl = [ee1], [gg1]
@@ -165,7 +166,7 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     a = a / (1.0 - coef5 * gh)
 
     # kq after the first of pom2k's two options
-    prod = l * sqrt_rn(torch.abs(q2))
+    prod = l * safe_sqrt(torch.abs(q2), layer="profq")
     kq = (prod * .41 * c + kq) * .5
     km = (prod * a + km) * .5
     kh = (prod * c + kh) * .5

@@ -12,7 +12,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, inside, shift, sqrt_rn
+from pompy.ops import X, Y, inside, shift
+from pompy.utils.safety import safe_sqrt
 
 # irradiance after Paulson and Simpson; Jerlov types i, ia, ib, ii, iii
 _R = (.58, .62, .67, .77, .78)
@@ -176,7 +177,8 @@ def profu(dti2, umol, dz, dzz, h, etf, km, cbc, dum, wusurf, ub, vb, a, c, ee, g
     kbm1 = uf.size(2) - 1
     u, v = ub[:, :, kbm1 - 1], vb[:, :, kbm1 - 1]
     vi = shift(v, X, -1)
-    speed = sqrt_rn(u ** 2 + (.25 * (v + shift(v, Y, 1) + vi + shift(vi, Y, 1))) ** 2)
+    speed = safe_sqrt(u ** 2 + (.25 * (v + shift(v, Y, 1) + vi + shift(vi, Y, 1))) ** 2,
+                      layer="bottom_drag")
     return ProfuOut(*_profuv(X, dti2, umol, dz, dzz, h, etf, km, cbc, dum, wusurf, speed,
                              a, c, ee, gg, tps, uf, wubot))
 
@@ -192,6 +194,7 @@ def profv(dti2, umol, dz, dzz, h, etf, km, cbc, dvm, wvsurf, ub, vb, a, c, ee, g
     kbm1 = vf.size(2) - 1
     u, v = ub[:, :, kbm1 - 1], vb[:, :, kbm1 - 1]
     uj = shift(u, Y, -1)
-    speed = sqrt_rn((.25 * (u + shift(u, X, 1) + uj + shift(uj, X, 1))) ** 2 + v ** 2)
+    speed = safe_sqrt((.25 * (u + shift(u, X, 1) + uj + shift(uj, X, 1))) ** 2 + v ** 2,
+                      layer="bottom_drag")
     return ProfvOut(*_profuv(Y, dti2, umol, dz, dzz, h, etf, km, cbc, dvm, wvsurf, speed,
                              a, c, ee, gg, tps, vf, wvbot))

@@ -5,7 +5,8 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from pompy.ops import X, Y, expand3, inside, shift, sqrt_rn
+from pompy.ops import X, Y, expand3, inside, shift
+from pompy.utils.safety import safe_sqrt
 
 
 class SmagorinskyOut(NamedTuple):
@@ -21,6 +22,7 @@ def smagorinsky(horcon, dx, dy, u, v, aam) -> SmagorinskyOut:
     up, vp = shift(u, X, 1), shift(v, Y, 1)
     uy = .25 * (shift(u, Y, 1) + shift(up, Y, 1) - shift(u, Y, -1) - shift(up, Y, -1)) / dy3
     vx = .25 * (shift(v, X, 1) + shift(vp, X, 1) - shift(v, X, -1) - shift(vp, X, -1)) / dx3
-    new = horcon * dx3 * dy3 * sqrt_rn(((up - u) / dx3) ** 2 + ((vp - v) / dy3) ** 2
-                                       + .5 * (uy + vx) ** 2)
+    # the deformation is exactly zero in a uniform flow (the seamount's start)
+    new = horcon * dx3 * dy3 * safe_sqrt(((up - u) / dx3) ** 2 + ((vp - v) / dy3) ** 2
+                                         + .5 * (uy + vx) ** 2, layer="smagorinsky")
     return SmagorinskyOut(inside(new, aam, i=(2, im - 1), j=(2, jm - 1), k=(1, kb - 1)))

@@ -1,0 +1,1 @@
+"""Numerical utilities: gradient-safe elementary operations (safety)."""

@@ -1,0 +1,145 @@
+"""Gradient-safe elementary operations: safe_divide, safe_sqrt, safe_abs_pow,
+safe_log, safe_reciprocal, with the seed's eps constants.
+
+pompy's versions keep pom2k's forward values: wherever pom2k's operation
+is defined (a positive depth, a non-negative square-root argument, ...)
+the value is pom2k's to the last bit, so the oracle comparisons hold.
+What they add is a guard and a backward:
+
+- the guard marks the points where the operation is singular or its
+  derivative unbounded: the bottom value, written ⊥ in the seed
+  "Gradient Policies". There the forward value is made finite (the input
+  is clamped to eps), and the derivative is evaluated at the clamped
+  input, never at the singular one: a torch.where on the output alone
+  would still send NaN back from the branch not taken (0 * inf);
+- the backward multiplies the incoming gradient by the derivative and hands
+  the result, with the guard's mask, to pompy.autodiff.policies.apply_policy,
+  which applies the policy selected for the op's ``layer`` (the model
+  routine's name: "smagorinsky", "profq", "bottom_drag", "dens", ...).
+
+Guards (eps as in the seed):
+
+    safe_sqrt(x)          ⊥ where sqrt(x) < SAFE_SQRT_EPS (x < 1e-16): the
+                          derivative 1/(2 sqrt x) stays below 5e7
+    safe_abs_pow(x, p)    ⊥ where |x| < SAFE_SQRT_EPS
+    safe_log(x)           ⊥ where x < SAFE_LOG_EPS
+    safe_divide(n, d)     ⊥ where |d| < SAFE_DIV_EPS
+    safe_reciprocal(d)    ⊥ where |d| < SAFE_DIV_EPS
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pompy.autodiff.policies import apply_policy
+from pompy.ops import sqrt_rn
+
+SAFE_DIV_EPS = 1e-20
+SAFE_SQRT_EPS = 1e-8
+SAFE_LOG_EPS = 1e-12
+
+
+class _Guarded(torch.autograd.Function):
+    """y = value; dy/dx = derivative (both computed by the caller from the
+    guarded input); the backward applies the layer's gradient policy at the
+    bottom points."""
+
+    @staticmethod
+    def forward(x, value, derivative, bottom, layer):
+        return value
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, _, derivative, bottom, layer = inputs
+        ctx.save_for_backward(derivative, bottom)
+        ctx.layer = layer
+
+    @staticmethod
+    def backward(ctx, grad):
+        derivative, bottom = ctx.saved_tensors
+        return apply_policy(grad * derivative, bottom, layer=ctx.layer), None, None, None, None
+
+
+def _tracked(x: Tensor) -> bool:
+    return torch.is_grad_enabled() and x.requires_grad
+
+
+def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None) -> Tensor:
+    """sqrt(x), correctly rounded as pom2k's; 0 where x <= 0 (pom2k takes
+    no square root of a negative number; a rounding below zero is not one)."""
+    value = sqrt_rn(torch.clamp(x.detach(), min=0.0))
+    if not _tracked(x):
+        return value
+    return _Guarded.apply(x, value, 0.5 / torch.clamp(value, min=eps), value < eps, layer)
+
+
+def safe_abs_pow(x: Tensor, exponent: float, eps: float = SAFE_SQRT_EPS,
+                 layer: str | None = None) -> Tensor:
+    """|x|**exponent, as pom2k's abs(x)**exponent."""
+    ax = torch.abs(x.detach())
+    value = ax ** exponent
+    if not _tracked(x):
+        return value
+    derivative = exponent * torch.clamp(ax, min=eps) ** (exponent - 1.0) * torch.sign(x.detach())
+    return _Guarded.apply(x, value, derivative, ax < eps, layer)
+
+
+def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None) -> Tensor:
+    """log(x); log(eps) where x < eps."""
+    xs = torch.clamp(x.detach(), min=eps)
+    value = torch.log(xs)
+    if not _tracked(x):
+        return value
+    return _Guarded.apply(x, value, 1.0 / xs, x.detach() < eps, layer)
+
+
+class _Divide(torch.autograd.Function):
+    """n/d, with d held at +-eps at the bottom points; both input gradients
+    go through the layer's gradient policy."""
+
+    @staticmethod
+    def forward(n, d, held, bottom, layer):
+        return n / held
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        n, d, held, bottom, layer = inputs
+        ctx.save_for_backward(held, output, bottom)
+        ctx.layer = layer
+        ctx.shapes = n.shape, d.shape
+
+    @staticmethod
+    def backward(ctx, grad):
+        held, quotient, bottom = ctx.saved_tensors
+        gn = apply_policy(grad / held, bottom, layer=ctx.layer)
+        gd = apply_policy(-grad * quotient / held, bottom, layer=ctx.layer)
+        return _sum_to(gn, ctx.shapes[0]), _sum_to(gd, ctx.shapes[1]), None, None, None
+
+
+def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
+    """g summed over the dimensions broadcasting added to an input of ``shape``."""
+    while g.dim() > len(shape):
+        g = g.sum(0)
+    for dim, size in enumerate(shape):
+        if size == 1 and g.size(dim) != 1:
+            g = g.sum(dim, keepdim=True)
+    return g
+
+
+def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAFE_DIV_EPS,
+                layer: str | None = None) -> Tensor:
+    """numerator/denominator, rounded once as pom2k's (a Python number over
+    a tensor too); the denominator is held at +-eps where |d| < eps."""
+    raw = denominator.detach()
+    bottom = torch.abs(raw) < eps
+    held = torch.where(bottom, torch.copysign(torch.full_like(raw, eps), raw), raw)
+    if not torch.is_tensor(numerator):
+        numerator = torch.full_like(raw, float(numerator))
+    if not torch.is_grad_enabled() or not (numerator.requires_grad or denominator.requires_grad):
+        return numerator / held
+    return _Divide.apply(numerator, denominator, held, bottom, layer)
+
+
+def safe_reciprocal(denominator: Tensor, eps: float = SAFE_DIV_EPS, layer: str | None = None) -> Tensor:
+    """1/denominator, correctly rounded; 1/(+-eps) where |d| < eps."""
+    return safe_divide(1.0, denominator, eps, layer)

@@ -1,0 +1,134 @@
+"""pompy.utils.safety: forward values are pom2k's, gradients are exact away
+from the guards, and at the guards each gradient policy gives what it says.
+"""
+import math
+
+import pytest
+import torch
+
+from pompy.autodiff.policies import GradientPolicy, gradient_policy
+from pompy.ops import over, sqrt_rn
+from pompy.utils.safety import (SAFE_DIV_EPS, SAFE_LOG_EPS, SAFE_SQRT_EPS, safe_abs_pow,
+                                safe_divide, safe_log, safe_reciprocal, safe_sqrt)
+
+P = GradientPolicy
+
+
+def rand(*shape, low=0.0, high=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return low + (high - low) * torch.rand(*shape, generator=g, dtype=torch.float64)
+
+
+def test_forward_values_are_pom2ks():
+    x = torch.cat([rand(2000, high=100.0), torch.zeros(3)])
+    assert torch.equal(safe_sqrt(x), sqrt_rn(x))
+    s = rand(2000, low=-40, high=40, seed=1)
+    assert torch.equal(safe_abs_pow(s, 1.5), torch.abs(s) ** 1.5)
+    y = rand(2000, low=1e-3, high=1e4, seed=2)
+    assert torch.equal(safe_log(y), torch.log(y))
+    assert torch.equal(safe_divide(s, y), s / y)
+    assert torch.equal(safe_divide(2.5, y), over(2.5, y))
+    assert torch.equal(safe_reciprocal(y), over(1.0, y))
+
+
+def test_forward_at_the_guards_is_finite():
+    zero = torch.zeros(3, dtype=torch.float64)
+    assert torch.equal(safe_sqrt(torch.tensor([-1e-30, 0.0], dtype=torch.float64)), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(safe_log(zero), torch.full_like(zero, math.log(SAFE_LOG_EPS)))
+    assert torch.isfinite(safe_divide(torch.ones(3, dtype=torch.float64), zero)).all()
+    assert torch.equal(safe_reciprocal(zero), torch.full_like(zero, 1.0 / SAFE_DIV_EPS))
+
+
+OPS = [
+    ("sqrt", lambda x: safe_sqrt(x), (1e-3, 10.0)),
+    ("abs_pow", lambda x: safe_abs_pow(x, 1.5), (-40.0, 40.0)),
+    ("log", lambda x: safe_log(x), (1e-3, 10.0)),
+    ("reciprocal", lambda x: safe_reciprocal(x), (0.5, 10.0)),
+    ("divide by", lambda x: safe_divide(torch.linspace(-3, 3, x.numel(), dtype=x.dtype), x), (0.5, 10.0)),
+    ("divide", lambda x: safe_divide(x, torch.linspace(1, 3, x.numel(), dtype=x.dtype)), (-3.0, 3.0)),
+]
+
+
+@pytest.mark.parametrize("name, op, bounds", OPS, ids=[o[0] for o in OPS])
+def test_gradcheck_away_from_the_guards(name, op, bounds):
+    x = rand(12, low=bounds[0], high=bounds[1], seed=3).requires_grad_(True)
+    with gradient_policy(P.PROJECT):
+        assert torch.autograd.gradcheck(op, (x,))
+
+
+def grad_of(op, x0: float, policy) -> float:
+    x = torch.tensor([x0], dtype=torch.float64, requires_grad=True)
+    with gradient_policy(policy):
+        op(x).sum().backward()
+    return float(x.grad[0])
+
+
+# (op, guarded input, unguarded input, its exact derivative, derivative at the clamped input)
+POINTS = [
+    ("sqrt", safe_sqrt, 0.0, 1e-4, 0.5 / 1e-2, 0.5 / SAFE_SQRT_EPS),
+    ("log", safe_log, 0.0, 0.02, 50.0, 1.0 / SAFE_LOG_EPS),
+    ("reciprocal", safe_reciprocal, 0.0, 0.2, -25.0, -1.0 / SAFE_DIV_EPS ** 2),
+    ("abs_pow", lambda x: safe_abs_pow(x, 0.5), 0.0, 1e-4, 0.5 / 1e-2, 0.0),
+]
+
+
+@pytest.mark.parametrize("name, op, bottom, fine, exact, clamped", POINTS, ids=[p[0] for p in POINTS])
+def test_each_policy_at_guarded_and_unguarded_points(name, op, bottom, fine, exact, clamped):
+    # away from the guard: the exact derivative, but clamped (CLAMP) or zero (REJECT)
+    assert grad_of(op, fine, P.PROJECT) == pytest.approx(exact, rel=1e-12)
+    assert grad_of(op, fine, P.PASSTHROUGH) == pytest.approx(exact, rel=1e-12)
+    assert grad_of(op, fine, P.CLAMP) == pytest.approx(max(-1.0, min(1.0, exact)), rel=1e-12)
+    assert grad_of(op, fine, P.REJECT) == 0.0
+    # at the guard: zero, except PASSTHROUGH, which passes the derivative at the clamped input
+    for policy in (P.PROJECT, P.CLAMP, P.REJECT):
+        assert grad_of(op, bottom, policy) == 0.0
+    assert grad_of(op, bottom, P.PASSTHROUGH) == pytest.approx(clamped, rel=1e-12)
+
+
+def test_divide_masks_both_inputs_at_a_zero_denominator():
+    n = torch.tensor([2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    d = torch.tensor([0.0, 4.0], dtype=torch.float64, requires_grad=True)
+    with gradient_policy(P.PROJECT):
+        safe_divide(n, d).sum().backward()
+    assert n.grad.tolist() == [0.0, 0.25] and d.grad.tolist() == [0.0, -3.0 / 16.0]
+
+
+def test_no_nan_from_the_branch_not_taken():
+    """torch.where on outputs would send 0*inf = NaN back; the guards do not."""
+    x = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    for policy in GradientPolicy:
+        x.grad = None
+        with gradient_policy(policy):
+            (safe_sqrt(x) + safe_log(x) + safe_reciprocal(x) + safe_abs_pow(x, 0.5)).sum().backward()
+        assert torch.isfinite(x.grad).all(), policy
+
+
+def test_layer_defaults_of_the_physics_routines_are_project():
+    """pompy.core registers PROJECT for its layers: exact gradients away from
+    the guards (CLAMP, the global default, would clip them to [-1, 1])."""
+    from pompy.autodiff.policies import POLICY_REGISTRY
+    from pompy.core import PHYSICS_LAYERS    # importing pompy.core registers them
+
+    assert set(PHYSICS_LAYERS) >= {"smagorinsky", "bottom_drag", "profq", "bcond", "dens"}
+    for layer in PHYSICS_LAYERS:
+        assert POLICY_REGISTRY[layer] is P.PROJECT
+    x = torch.tensor([1e-4], dtype=torch.float64, requires_grad=True)
+    safe_sqrt(x, layer="smagorinsky").backward()
+    assert float(x.grad[0]) == pytest.approx(50.0, rel=1e-12)
+
+
+def test_smagorinsky_gradient_at_a_uniform_flow_is_finite():
+    """The seamount starts from a uniform flow: the deformation is exactly
+    zero and a raw sqrt would give an infinite gradient on the first step."""
+    from pompy.core.viscosity import smagorinsky
+
+    im, jm, kb = 6, 5, 4
+    u = torch.full((im, jm, kb), 0.2, dtype=torch.float64, requires_grad=True)
+    v = torch.zeros((im, jm, kb), dtype=torch.float64, requires_grad=True)
+    dx = torch.full((im, jm), 8000.0, dtype=torch.float64)
+    out = smagorinsky(0.2, dx, dx, u, v, torch.zeros(im, jm, kb, dtype=torch.float64))
+    out.aam.sum().backward()
+    assert torch.isfinite(u.grad).all() and torch.isfinite(v.grad).all()
+    z = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    torch.sqrt(z).sum().backward()            # what a raw sqrt would give
+    assert torch.isinf(z.grad).all()
