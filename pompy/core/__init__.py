@@ -28,7 +28,7 @@ from pompy.core.stepping import (external_step, initialize, internal_step, surfa
 # policy is PROJECT: zero at the guarded points, exact everywhere else, so
 # that gradients are the model's own (CLAMP, the global default, would
 # clip every derivative to [-1, 1]).
-PHYSICS_LAYERS = ("smagorinsky", "bottom_drag", "profq", "bcond", "dens")
+PHYSICS_LAYERS = ("smagorinsky", "bottom_drag", "profq", "bcond", "dens", "advu", "advv", "advt")
 for _layer in PHYSICS_LAYERS:
     register_policy(_layer, GradientPolicy.PROJECT)
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from pompy.ops import X, Y, Z, expand3, inside, levels, shift
-from pompy.utils.safety import safe_sqrt
+from pompy.utils.safety import safe_divide, safe_sqrt
 
 
 def _im(a): return shift(a, X, -1)   # a(i-1)
@@ -214,7 +214,8 @@ def advu(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
     D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
     EGF, EGB, EA, COR, DY, ARU = (expand3(a) for a in (egf, egb, e_atmos, cor, dy, aru))
     zflux = inside(.25 * (w + _im(w)) * (u + _km(u)), i=(2, im), k=(2, kbm1))
-    rhs = (advx + (zflux - _kp(zflux)) * ARU / levels(dz)
+    # dz(kb) = 0: the level kb is not kept, but its quotient must stay finite
+    rhs = (advx + safe_divide((zflux - _kp(zflux)) * ARU, levels(dz), layer="advu")
            - ARU * .25 * (COR * D * (_jp(v) + v) + _im(COR) * _im(D) * (_im(_jp(v)) + _im(v)))
            + grav * .125 * (D + _im(D))
            * (EGF - _im(EGF) + EGB - _im(EGB) + (EA - _im(EA)) * 2.)
@@ -240,7 +241,7 @@ def advv(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
     D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
     EGF, EGB, EA, COR, DX, ARV = (expand3(a) for a in (egf, egb, e_atmos, cor, dx, arv))
     zflux = inside(.25 * (w + _jm(w)) * (v + _km(v)), j=(2, jm), k=(2, kbm1))
-    rhs = (advy + (zflux - _kp(zflux)) * ARV / levels(dz)
+    rhs = (advy + safe_divide((zflux - _kp(zflux)) * ARV, levels(dz), layer="advv")
            + ARV * .25 * (COR * D * (_ip(u) + u) + _jm(COR) * _jm(D) * (_jm(_ip(u)) + _jm(u)))
            + grav * .125 * (D + _jm(D))
            * (EGF - _jm(EGF) + EGB - _jm(EGB) + (EA - _jm(EA)) * 2.)

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from pompy.ops import X, Y, Z, expand3, inside, levels, shift
+from pompy.utils.safety import safe_divide
 
 
 class Advt1Out(NamedTuple):
@@ -48,7 +49,7 @@ def _leapfrog(xflux, yflux, zflux, dz, fb, h, etb, etf, art, dti2):
     (values for every point; the callers keep i=2..imm1, j=2..jmm1, k=1..kbm1)."""
     H, ETB, ETF, ART = (expand3(a) for a in (h, etb, etf, art))
     ff = (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux
-          + (zflux - shift(zflux, Z, 1)) / levels(dz))
+          + safe_divide(zflux - shift(zflux, Z, 1), levels(dz), layer="advt"))   # dz(kb) = 0
     return (fb * (H + ETB) * ART - dti2 * ff) / ((H + ETF) * ART)
 
 

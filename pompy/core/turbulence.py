@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from pompy.ops import X, Y, Z, inside, levels, over, shift
-from pompy.utils.safety import safe_sqrt
+from pompy.utils.safety import safe_divide, safe_reciprocal, safe_sqrt
 
 
 class ProfqOut(NamedTuple):
@@ -63,8 +63,8 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     d3 = dh.unsqueeze(-1)
     dz3, dzz3 = levels(dz), levels(dzz)
     dzzm = shift(dzz3, Z, -1)                      # dzz(k-1)
-    a = inside(-dti2 * (shift(kq, Z, 1) + kq + 2.0 * umol) * .5
-               / (dzzm * dz3 * d3 * d3), a, **inner)
+    a = inside(safe_divide(-dti2 * (shift(kq, Z, 1) + kq + 2.0 * umol) * .5,
+                           dzzm * dz3 * d3 * d3, layer="profq"), a, **inner)   # dz(kb) = 0
     c = inside(-dti2 * (shift(kq, Z, -1) + kq + 2.0 * umol) * .5
                / (dzzm * shift(dz3, Z, -1) * d3 * d3), c, **inner)
 
@@ -130,7 +130,9 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     # q2l: dti2*(kq*q2l')' - q2l*(dti2*dtef+1.) = -q2lb; the surface
     # values ee(1), gg(1) are those of the q2 equation
     zl = levels(z)
-    wall = ((1.0 / torch.abs(zl - z[0]) + 1.0 / torch.abs(zl - z[kb - 1]))
+    # 1/|z - z(1)| and 1/|z - z(kb)| are infinite at the ends (k = 1, kb), not kept
+    wall = ((safe_reciprocal(torch.abs(zl - z[0]), layer="profq")
+             + safe_reciprocal(torch.abs(zl - z[kb - 1]), layer="profq"))
             * l / (d3 * kappa))
     dtef = inside(dtef * (1.0 + e2 * wall ** 2), dtef, **inner)
     eel, ggl = eel[:1], ggl[:1]
