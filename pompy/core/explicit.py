@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from pompy import variables
 from pompy.config import Config, parameters
@@ -50,13 +51,33 @@ def _to_numpy(state: dict) -> dict[str, np.ndarray]:
             for name, t in state.items()}
 
 
+# checkpoint= choices: none, the heavy routines (turbulence, tracers,
+# momentum), or whole internal steps
+CHECKPOINTS = (None, "routines", "steps")
+HEAVY = ("advq", "profq", "advt1", "advt2", "proft", "advu", "advv", "profu", "profv")
+
+
+def _checkpointed(fn):
+    """fn, recomputed in the backward pass (non-reentrant torch checkpoint)
+    when gradients are on."""
+    def wrapper(**kwargs):
+        if not torch.is_grad_enabled():
+            return fn(**kwargs)
+        return torch_checkpoint(fn, use_reentrant=False, **kwargs)
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
 class ExplicitCore:
     """pom2k, vectorised in torch: same routines, same order, same numbers."""
 
     def __init__(self, config: Config, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float64, compile: bool = False):
+                 dtype: torch.dtype = torch.float64, compile: bool = False,
+                 checkpoint: str | None = None):
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
+        if checkpoint not in CHECKPOINTS:
+            raise ValueError(f"checkpoint={checkpoint!r}: one of {CHECKPOINTS}")
         object.__setattr__(self, "state", {})
         # torch.compile each physics routine (not the main-loop sections,
         # whose Python branches on iext would recompile for every pass).
@@ -67,6 +88,12 @@ class ExplicitCore:
         self.routines = stepping.ROUTINES if not compile else {
             name: (torch.compile(fn) if name in COMPILED else fn)
             for name, fn in stepping.ROUTINES.items()}
+        # checkpoint="routines": recompute the heavy routines in the backward
+        # pass instead of keeping their intermediates; "steps": whole steps
+        self.checkpoint = checkpoint
+        if checkpoint == "routines":
+            self.routines = {name: (_checkpointed(fn) if name in HEAVY else fn)
+                             for name, fn in self.routines.items()}
         self.config = config
         self.device = torch.device(device)
         self.dtype = dtype
@@ -76,6 +103,9 @@ class ExplicitCore:
         self.time = 0.0
         self.iend = config.iend
         self.generation_fast_path = False
+        self.capture_interval = 0
+        self.generation_records: list[dict] = []
+        self._loop_mode: str | None = None
         self.last_good: dict | None = None
         self.vamax = 0.0
 
@@ -138,6 +168,7 @@ class ExplicitCore:
         self.iint, self.time0 = iint, time0
         self.time = c.dti * iint / 86400.0 + time0
         self.last_good = None
+        self._loop_mode = None
 
     def numpy_state(self) -> dict[str, np.ndarray]:
         """Every variable as a float64 numpy array in pom2k (Fortran) order."""
@@ -146,9 +177,22 @@ class ExplicitCore:
     # ------------------------------------------------------------ time loop
     def run_time_loop(self, callback: Callable[[ExplicitCore], None] | None = None) -> None:
         """pom2k's main loop for iint = self.iint+1 .. self.iend; ``callback(core)``
-        after each step. Raises ModelStop on a velocity or NaN blow-up."""
+        after each step. Raises ModelStop on a velocity or NaN blow-up.
+
+        With ``generation_fast_path`` (data generation: no gradients) the
+        leaf cloning is skipped and, every ``capture_interval`` steps, a
+        detached snapshot of the prognostic fields is appended to
+        ``generation_records``. Switching between the two modes needs
+        run_initialization() (or load_state) in between (the seed's pitfall 5)."""
         if not self.state:
             raise RuntimeError("run_initialization() (or load_state) must come before run_time_loop()")
+        mode = "generation" if self.generation_fast_path else "gradient"
+        if self._loop_mode not in (None, mode):
+            raise RuntimeError(
+                f"this core last ran in {self._loop_mode} mode (generation_fast_path="
+                f"{self._loop_mode == 'generation'}); call run_initialization() or load_state() "
+                f"before running it in {mode} mode, or use a separate core")
+        self._loop_mode = mode
         if not self.generation_fast_path:
             # leaf tensors (initial conditions with requires_grad) become
             # intermediates, so the loop may rebind them freely
@@ -156,14 +200,40 @@ class ExplicitCore:
                 self.state[name] = self.state[name].clone()
         for iint in range(self.iint + 1, self.iend + 1):
             self.step(iint)
+            if self.generation_fast_path and self.capture_interval > 0 \
+                    and iint % self.capture_interval == 0:
+                self.generation_records.append(self.snapshot())
             if callback is not None:
                 callback(self)
 
+    def snapshot(self) -> dict:
+        """The prognostic fields, detached copies (for offline use), with iint and time."""
+        record = {name: self.state[name].detach().clone() for name in variables.names("prognostic")}
+        return dict(record, iint=self.iint, time=self.time)
+
     def step(self, iint: int) -> None:
         """Internal step iint, as one pass of pom2k's main loop."""
-        c, s = self.config, dict(self.state)
         good = self.state
-        time = c.dti * float(iint) / 86400.0 + self.time0
+        time = self.config.dti * float(iint) / 86400.0 + self.time0
+        if self.checkpoint == "steps" and torch.is_grad_enabled():
+            s, vamax, imax, jmax, going = torch_checkpoint(self._advance, good, iint, time,
+                                                           use_reentrant=False)
+        else:
+            s, vamax, imax, jmax, going = self._advance(good, iint, time)
+        self.vamax = vamax
+        object.__setattr__(self, "state", s)
+        self.iint, self.time = iint, time
+        if not going:
+            self.last_good = good
+            if vamax > self.config.vmaxl:
+                raise CFLViolation(iint, vamax, int(imax), int(jmax), self.config.vmaxl)
+            raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
+
+    def _advance(self, state: dict, iint: int, time: float) -> tuple:
+        """One pass of pom2k's main loop on ``state`` (not written): the new
+        state, vamax, (imax, jmax) and whether the run may go on. A function
+        of its inputs, so that it can be recomputed (checkpoint="steps")."""
+        c, s = self.config, dict(state)
         ramp = min(time / self.period, 1.0) if c.lramp else 1.0
         p = dict(self.params, ramp=ramp)
         isplit = c.isplit
@@ -181,7 +251,7 @@ class ExplicitCore:
             s = stepping.external_step(s, dict(p, iext=iext), self.routines)
         # pom2k's velocity check of the last pass: the first value read from
         # the device this step (a NaN fails it; pom2k's check skips NaN)
-        self.vamax = vamax = float(s.pop("vamax"))
+        vamax = float(s.pop("vamax"))
         imax, jmax = s.pop("imax"), s.pop("jmax")
         going = vamax <= c.vmaxl
         if going:
@@ -191,13 +261,7 @@ class ExplicitCore:
             s["dt"] = s["h"] + s["et"]
             s["utb"], s["vtb"], s["vfluxb"] = s["utf"].clone(), s["vtf"].clone(), s["vfluxf"].clone()
             going = self._finite(s)              # the second value read
-        object.__setattr__(self, "state", s)
-        self.iint, self.time = iint, time
-        if not going:
-            self.last_good = good
-            if vamax > c.vmaxl:
-                raise CFLViolation(iint, vamax, int(imax), int(jmax), c.vmaxl)
-            raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
+        return s, vamax, imax, jmax, going
 
     @staticmethod
     def _finite(s: dict) -> bool:

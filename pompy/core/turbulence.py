@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from pompy.ops import X, Y, Z, inside, levels, over, shift
+from pompy.core.vertical import frozen
 from pompy.utils.safety import safe_divide, safe_reciprocal, safe_sqrt
 
 
@@ -116,12 +117,14 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     dtef = safe_sqrt(torch.abs(q2b), layer="profq") * stf / (b1 * l + small)
 
     # q2: dti2*(kq*q2')' - q2*(2.*dti2*dtef+1.) = -q2b, surface ee1, gg1
+    a, c = frozen(a, c)                            # the deep freeze (pompy.core.vertical)
     eel, ggl = [ee1], [gg1]
     for k in range(1, kbm1):                       # k = 2..kbm1
         g = 1.0 / (a[:, :, k] + c[:, :, k] * (1.0 - eel[-1])
                    - (2.0 * dti2 * dtef[:, :, k] + 1.0))
         eel.append(a[:, :, k] * g)
         ggl.append((-2.0 * dti2 * prod[:, :, k] + c[:, :, k] * ggl[-1] - uf[:, :, k]) * g)
+    eel, ggl = frozen(*eel), frozen(*ggl)
     ufl = [ufkb]
     for ki in range(kbm1, 0, -1):                  # ki = kbm1..1
         ufl.insert(0, eel[ki - 1] * ufl[0] + ggl[ki - 1])
@@ -142,6 +145,7 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
         eel.append(a[:, :, k] * g)
         ggl.append((dti2 * (-prod[:, :, k] * l[:, :, k] * e1) + c[:, :, k] * ggl[-1]
                     - vf[:, :, k]) * g)
+    eel, ggl = frozen(*eel), frozen(*ggl)
     vfl = [torch.zeros_like(ufkb)]
     for ki in range(kbm1, 1, -1):                  # ki = kbm1..2
         vfl.insert(0, eel[ki - 1] * vfl[0] + ggl[ki - 1])

@@ -69,9 +69,20 @@ def _coefficients(kv: Tensor, umol: float, dti2: float, dz: Tensor, dzz: Tensor,
     return a, c
 
 
+def frozen(*tensors: Tensor) -> list[Tensor]:
+    """The seed's deep freeze of a tridiagonal solve: the sweeps read copies
+    of their coefficients (a, c before the forward sweep, ee, gg before the
+    back substitution) that nothing else holds, so the recursive graph can
+    never see a later update of pom2k's shared work arrays. The values are
+    unchanged."""
+    return [t.clone() for t in tensors]
+
+
 def _sweep(a: Tensor, c: Tensor, f: Tensor, ee1: Tensor, gg1: Tensor, kend: int,
            source=None) -> tuple[list[Tensor], list[Tensor]]:
-    """Forward sweep k = 2..kend from the surface values ee1, gg1 (1-based k)."""
+    """Forward sweep k = 2..kend from the surface values ee1, gg1 (1-based k);
+    ee, gg come back frozen for the back substitution."""
+    a, c = frozen(a, c)
     ee, gg = [ee1], [gg1]
     for k in range(1, kend):                       # k = 2..kend
         g = 1.0 / (a[:, :, k] + c[:, :, k] * (1.0 - ee[-1]) - 1.0)
@@ -80,7 +91,7 @@ def _sweep(a: Tensor, c: Tensor, f: Tensor, ee1: Tensor, gg1: Tensor, kend: int,
         if source is not None:
             rhs = rhs + source(k)
         gg.append(rhs * g)
-    return ee, gg
+    return frozen(*ee), frozen(*gg)
 
 
 def proft(dti2, umol, ntp, z, dz, dzz, h, etf, swrad, kh, a, c, ee, gg, f,
