@@ -1,0 +1,87 @@
+"""Peak memory and time of a backward pass through N internal steps of the
+seamount (65x49x21), with and without checkpointing.
+
+    python3 validation/gradient_memory.py                  # 24, 96, 240 steps
+    python3 validation/gradient_memory.py --steps 24 --checkpoint steps
+
+Each case runs in a fresh subprocess, so its peak resident memory
+(ru_maxrss) is its own. The gradient is of a scalar of the final state
+(sum of u**2 and el) with respect to the initial el and t, taken after two
+warm-up steps (the cold start's first step has no internal mode). A case
+whose estimated memory exceeds --limit-gb (from the per-step cost measured
+on a short run) is reported as such instead of run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def one_case(steps: int, checkpoint: str | None) -> dict:
+    import torch
+
+    from pompy.config import load_config
+    from pompy.core.explicit import ExplicitCore
+
+    core = ExplicitCore(load_config(ROOT / "configs" / "seamount.nml"), checkpoint=checkpoint)
+    core.run_initialization()
+    core.iend = 2
+    core.run_time_loop()
+    el0 = core.el.clone().requires_grad_(True)
+    t0 = core.t.clone().requires_grad_(True)
+    core.el, core.t = el0, t0
+    core.iend = 2 + steps
+    start = time.perf_counter()
+    core.run_time_loop()
+    forward = time.perf_counter() - start
+    (core.u.square().sum() + core.el.sum()).backward()
+    total = time.perf_counter() - start
+    finite = bool(torch.isfinite(el0.grad).all() and torch.isfinite(t0.grad).all())
+    return dict(steps=steps, checkpoint=checkpoint, forward_s=forward, backward_s=total - forward,
+                peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, finite=finite)
+
+
+def run_case(steps: int, checkpoint: str | None) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", str(steps), str(checkpoint)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="24,96,240")
+    parser.add_argument("--checkpoint", default="none,routines,steps")
+    parser.add_argument("--limit-gb", type=float, default=18.0)
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        steps, mode = int(args.one[0]), (None if args.one[1] == "None" else args.one[1])
+        print(json.dumps(one_case(steps, mode)))
+        return
+    modes = [None if m == "none" else m for m in args.checkpoint.split(",")]
+    print("| steps | checkpoint | forward (s) | backward (s) | peak memory (GB) |")
+    print("|---|---|---|---|---|")
+    for mode in modes:
+        probe = [run_case(n, mode) for n in (2, 4)]
+        per_step = (probe[1]["peak_gb"] - probe[0]["peak_gb"]) / 2
+        base = probe[0]["peak_gb"] - 2 * per_step
+        for steps in (int(s) for s in args.steps.split(",")):
+            estimate = base + per_step * steps
+            if estimate > args.limit_gb:
+                print(f"| {steps} | {mode or 'none'} | - | - | not run: ~{estimate:.0f} GB estimated "
+                      f"({per_step * 1e3:.0f} MB per step) |", flush=True)
+                continue
+            r = run_case(steps, mode)
+            print(f"| {steps} | {mode or 'none'} | {r['forward_s']:.1f} | {r['backward_s']:.1f} | "
+                  f"{r['peak_gb']:.2f}{'' if r['finite'] else ' (NOT FINITE)'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
