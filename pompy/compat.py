@@ -103,4 +103,7 @@ def seamount_texp(zz: Tensor, h: Tensor) -> Tensor:
 
 def cbc_log(zz: Tensor, h: Tensor, z0b: float) -> Tensor:
     """log((1+zz(kbm1))*h/z0b) (the bottom friction coefficient)."""
-    return _pom2k("cbc_log", (torch.log((1.0 + zz[-2]) * h / z0b),), (zz, h), z0b=z0b)[0]
+    from pompy.utils.safety import safe_log
+
+    value = safe_log((1.0 + zz[-2]) * h / z0b, layer="bottom_drag")
+    return _pom2k("cbc_log", (value,), (zz, h), z0b=z0b)[0]

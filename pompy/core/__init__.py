@@ -28,7 +28,8 @@ from pompy.core.stepping import (external_step, initialize, internal_step, surfa
 # policy is PROJECT: zero at the guarded points, exact everywhere else, so
 # that gradients are the model's own (CLAMP, the global default, would
 # clip every derivative to [-1, 1]).
-PHYSICS_LAYERS = ("smagorinsky", "bottom_drag", "profq", "bcond", "dens", "advu", "advv", "advt")
+PHYSICS_LAYERS = ("smagorinsky", "bottom_drag", "profq", "proft", "profu", "profv", "bcond", "dens",
+                  "advu", "advv", "advq", "advt", "external_step", "internal_step")
 for _layer in PHYSICS_LAYERS:
     register_policy(_layer, GradientPolicy.PROJECT)
 

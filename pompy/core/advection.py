@@ -221,8 +221,8 @@ def advu(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
            * (EGF - _im(EGF) + EGB - _im(EGB) + (EA - _im(EA)) * 2.)
            * (DY + _im(DY))
            + drhox)
-    new = (((H + ETB + _im(H) + _im(ETB)) * ARU * ub - 2. * dti2 * rhs)
-           / ((H + ETF + _im(H) + _im(ETF)) * ARU))
+    new = safe_divide((H + ETB + _im(H) + _im(ETB)) * ARU * ub - 2. * dti2 * rhs,
+                      (H + ETF + _im(H) + _im(ETF)) * ARU, layer="advu")
     return AdvuOut(uf=inside(new, rest=zflux, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
 
 
@@ -247,8 +247,8 @@ def advv(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
            * (EGF - _jm(EGF) + EGB - _jm(EGB) + (EA - _jm(EA)) * 2.)
            * (DX + _jm(DX))
            + drhoy)
-    new = (((H + ETB + _jm(H) + _jm(ETB)) * ARV * vb - 2. * dti2 * rhs)
-           / ((H + ETF + _jm(H) + _jm(ETF)) * ARV))
+    new = safe_divide((H + ETB + _jm(H) + _jm(ETB)) * ARV * vb - 2. * dti2 * rhs,
+                      (H + ETF + _jm(H) + _jm(ETF)) * ARV, layer="advv")
     return AdvvOut(vf=inside(new, rest=zflux, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
 
 
@@ -278,7 +278,7 @@ def advq(dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, aam: Tensor, 
     dzs = levels(dz)
     rhs = ((_km(w) * _km(q) - _kp(w) * _kp(q)) * ART / (dzs + _km(dzs))
            + _ip(xfl) - xfl + _jp(yfl) - yfl)
-    new = ((H + ETB) * ART * qb - dti2 * rhs) / ((H + ETF) * ART)
+    new = safe_divide((H + ETB) * ART * qb - dti2 * rhs, (H + ETF) * ART, layer="advq")
     qf_new = inside(new, rest=qf, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
     return AdvqOut(qf=qf_new, xflux=xfl, yflux=yfl)
 

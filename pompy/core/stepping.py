@@ -32,6 +32,7 @@ from pompy.core import advection, boundary, density, grid, problems, tracers, tu
 from pompy.core.file2ic import file2ic
 from pompy.core.viscosity import smagorinsky
 from pompy.ops import X, Y, expand3, inside, over, shift, sqrt_rn
+from pompy.utils.safety import safe_divide
 
 
 def depth_sum(a: Tensor, dz: Tensor, kend: int) -> Tensor:
@@ -232,8 +233,8 @@ def external_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
               + alpha * (elb - im1(elb) + elf - im1(elf))
               + e_atmos - im1(e_atmos))
            + s["drx2d"] + s["aru"] * (s["wusurf"] - s["wubot"]))
-    uaf = (((h + elb + im1(h) + im1(elb)) * s["aru"] * s["uab"] - 4.0 * dte * uaf)
-           / ((h + elf + im1(h) + im1(elf)) * s["aru"]))
+    uaf = safe_divide((h + elb + im1(h) + im1(elb)) * s["aru"] * s["uab"] - 4.0 * dte * uaf,
+                      (h + elf + im1(h) + im1(elf)) * s["aru"], layer="external_step")
     s["uaf"] = inside(uaf, s["uaf"], i=(2, im), j=(2, jmm1))
     vaf = (s["ady2d"] + s["advva"]
            + s["arv"] * .25 * (cor * d * (shift(ua, X, 1) + ua)
@@ -243,8 +244,8 @@ def external_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
               + alpha * (elb - jm1(elb) + elf - jm1(elf))
               + e_atmos - jm1(e_atmos))
            + s["dry2d"] + s["arv"] * (s["wvsurf"] - s["wvbot"]))
-    vaf = (((h + elb + jm1(h) + jm1(elb)) * s["vab"] * s["arv"] - 4.0 * dte * vaf)
-           / ((h + elf + jm1(h) + jm1(elf)) * s["arv"]))
+    vaf = safe_divide((h + elb + jm1(h) + jm1(elb)) * s["vab"] * s["arv"] - 4.0 * dte * vaf,
+                      (h + elf + jm1(h) + jm1(elf)) * s["arv"], layer="external_step")
     s["vaf"] = inside(vaf, s["vaf"], i=(2, imm1), j=(2, jm))
     run(s, p, "bcond(2)", routines=routines)
     # etf: the filtered elevation over the last three passes
@@ -292,10 +293,12 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     dz, dt, smoth = s["dz"], s["dt"], p["smoth"]
     # adjust u(z), v(z) so that their depth averages are the external ones
     tps = expand3(depth_sum(s["u"], dz, kbm1))
-    u = (s["u"] - tps) + expand3((s["utb"] + s["utf"]) / (dt + shift(dt, X, -1)))
+    u = (s["u"] - tps) + expand3(safe_divide(s["utb"] + s["utf"], dt + shift(dt, X, -1),
+                                             layer="internal_step"))
     s["u"] = inside(u, s["u"], i=(2, im), k=(1, kbm1))
     tps = expand3(depth_sum(s["v"], dz, kbm1))
-    v = (s["v"] - tps) + expand3((s["vtb"] + s["vtf"]) / (dt + shift(dt, Y, -1)))
+    v = (s["v"] - tps) + expand3(safe_divide(s["vtb"] + s["vtf"], dt + shift(dt, Y, -1),
+                                             layer="internal_step"))
     s["v"] = inside(v, s["v"], j=(2, jm), k=(1, kbm1))
     s["tps"] = tps[:, :, 0]
     run(s, p, "vertvl(a,c)", "bcond(5)", routines=routines)

@@ -50,7 +50,7 @@ def _leapfrog(xflux, yflux, zflux, dz, fb, h, etb, etf, art, dti2):
     H, ETB, ETF, ART = (expand3(a) for a in (h, etb, etf, art))
     ff = (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux
           + safe_divide(zflux - shift(zflux, Z, 1), levels(dz), layer="advt"))   # dz(kb) = 0
-    return (fb * (H + ETB) * ART - dti2 * ff) / ((H + ETF) * ART)
+    return safe_divide(fb * (H + ETB) * ART - dti2 * ff, (H + ETF) * ART, layer="advt")
 
 
 def advt1(dti2, tprni, dz, u, v, w, aam, dt, h, etb, etf,
@@ -148,7 +148,8 @@ def advt2(dti2, tprni, dz, dzz, u, v, w, aam, dt, h, etb, etf,
     yflux = inside(ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
     fb = fbc + fclim
     ETF = expand3(etf)
-    fdif = ff - dti2 * (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux) / ((H + ETF) * ART)
+    fdif = ff - safe_divide(dti2 * (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux),
+                            (H + ETF) * ART, layer="advt")
     ff = inside(fdif, rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
     return Advt2Out(fb, ff, xflux, yflux, zflux)
 
@@ -173,7 +174,8 @@ def smol_adif(dti2, dzz, dt, aru, arv, fsm, xmassflux, ymassflux, zwflux, ff, sw
         # f0, f1 the two neighbours: mol = (f1 - f0) / (f0 + f1 + epsilon)
         below = (f1 < value_min) | (f0 < value_min)
         first = flux.abs()
-        mol = (f1 - f0) / (f0 + f1 + epsilon)
+        # f0 + f1 = -epsilon (a tracer crossing 0) would put inf in the branch not kept
+        mol = safe_divide(f1 - f0, f0 + f1 + epsilon, layer="advt")
         anti = (first - second_order) * mol * sw
         anti = torch.where(first < second_order.abs(), zero, anti)
         return torch.where(below, zero, anti)

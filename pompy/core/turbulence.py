@@ -66,8 +66,8 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     dzzm = shift(dzz3, Z, -1)                      # dzz(k-1)
     a = inside(safe_divide(-dti2 * (shift(kq, Z, 1) + kq + 2.0 * umol) * .5,
                            dzzm * dz3 * d3 * d3, layer="profq"), a, **inner)   # dz(kb) = 0
-    c = inside(-dti2 * (shift(kq, Z, -1) + kq + 2.0 * umol) * .5
-               / (dzzm * shift(dz3, Z, -1) * d3 * d3), c, **inner)
+    c = inside(safe_divide(-dti2 * (shift(kq, Z, -1) + kq + 2.0 * umol) * .5,
+                           dzzm * shift(dz3, Z, -1) * d3 * d3, layer="profq"), c, **inner)
 
     # surface: wave-breaking energy (Craig & Banner 1994 variant) and length
     # scale (Stacey 1999), i = 1..imm1, j = 1..jmm1; zero on i = im, j = jm

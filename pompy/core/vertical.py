@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from pompy.ops import X, Y, inside, shift
-from pompy.utils.safety import safe_sqrt
+from pompy.utils.safety import safe_divide, safe_sqrt
 
 # irradiance after Paulson and Simpson; Jerlov types i, ia, ib, ii, iii
 _R = (.58, .62, .67, .77, .78)
@@ -57,14 +57,15 @@ def _levels_then(new: list[Tensor], old: Tensor, first: int = 0) -> Tensor:
 
 
 def _coefficients(kv: Tensor, umol: float, dti2: float, dz: Tensor, dzz: Tensor,
-                  dh: Tensor, a: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+                  dh: Tensor, a: Tensor, c: Tensor, layer: str) -> tuple[Tensor, Tensor]:
     """pom2k's k = 2..kbm1 loop: a(k-1) and c(k) from the diffusivity kv(k)."""
     kb = a.size(2)
     kbm1, kbm2 = kb - 1, kb - 2
     d3 = dh.unsqueeze(-1)
     kk = kv[:, :, 1:kbm1] + umol
-    a = torch.cat([-dti2 * kk / (dz[:kbm2] * dzz[:kbm2] * d3 * d3), a[:, :, kbm2:]], 2)
-    c = torch.cat([c[:, :, :1], -dti2 * kk / (dz[1:kbm1] * dzz[:kbm2] * d3 * d3),
+    a = torch.cat([safe_divide(-dti2 * kk, dz[:kbm2] * dzz[:kbm2] * d3 * d3, layer=layer),
+                   a[:, :, kbm2:]], 2)
+    c = torch.cat([c[:, :, :1], safe_divide(-dti2 * kk, dz[1:kbm1] * dzz[:kbm2] * d3 * d3, layer=layer),
                    c[:, :, kbm1:]], 2)
     return a, c
 
@@ -106,7 +107,7 @@ def proft(dti2, umol, ntp, z, dz, dzz, h, etf, swrad, kh, a, c, ee, gg, f,
     kb = f.size(2)
     kbm1, kbm2 = kb - 1, kb - 2
     dh = h + etf
-    a, c = _coefficients(kh, umol, dti2, dz, dzz, dh, a, c)
+    a, c = _coefficients(kh, umol, dti2, dz, dzz, dh, a, c, layer="proft")
     d3 = dh.unsqueeze(-1)
 
     # penetrative radiation at k = 1..kbm1; what reaches the bottom stays there
@@ -121,10 +122,11 @@ def proft(dti2, umol, ntp, z, dz, dzz, h, etf, swrad, kh, a, c, ee, gg, f,
     a1, f1 = a[:, :, 0], f[:, :, 0]
     if nbc == 1:
         ee1 = a1 / (a1 - 1.0)
-        gg1 = (-dti2 * wfsurf / (-dz[0] * dh) - f1) / (a1 - 1.0)
+        gg1 = (safe_divide(-dti2 * wfsurf, -dz[0] * dh, layer="proft") - f1) / (a1 - 1.0)
     elif nbc == 2:
         ee1 = a1 / (a1 - 1.0)
-        gg1 = (dti2 * (wfsurf + rad[:, :, 0] - rad[:, :, 1]) / (dz[0] * dh) - f1) / (a1 - 1.0)
+        gg1 = (safe_divide(dti2 * (wfsurf + rad[:, :, 0] - rad[:, :, 1]), dz[0] * dh, layer="proft")
+               - f1) / (a1 - 1.0)
     elif nbc in (3, 4):
         ee1 = torch.zeros_like(a1)
         gg1 = fsurf.clone()
@@ -132,7 +134,7 @@ def proft(dti2, umol, ntp, z, dz, dzz, h, etf, swrad, kh, a, c, ee, gg, f,
         ee1, gg1 = ee[:, :, 0], gg[:, :, 0]
 
     def source(k):                                 # radiation absorbed in layer k
-        return dti2 * (rad[:, :, k] - rad[:, :, k + 1]) / (dh * dz[k])
+        return safe_divide(dti2 * (rad[:, :, k] - rad[:, :, k + 1]), dh * dz[k], layer="proft")
 
     eel, ggl = _sweep(a, c, f, ee1, gg1, kbm2, source)
     # bottom adiabatic boundary condition
@@ -155,10 +157,11 @@ def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
     dh = inside((h + etf + shift(h, dim, -1) + shift(etf, dim, -1)) * .5, 1.0,
                 i=(2, im), j=(2, jm))
     c = inside((km + shift(km, dim, -1)) * .5, c, i=(2, im), j=(2, jm))
-    a, c = _coefficients(c, umol, dti2, dz, dzz, dh, a, c)
+    layer = "profu" if dim == X else "profv"
+    a, c = _coefficients(c, umol, dti2, dz, dzz, dh, a, c, layer)
     a1 = a[:, :, 0]
     ee1 = a1 / (a1 - 1.0)
-    gg1 = (-dti2 * wsurf / (-dz[0] * dh) - vel[:, :, 0]) / (a1 - 1.0)
+    gg1 = (safe_divide(-dti2 * wsurf, -dz[0] * dh, layer=layer) - vel[:, :, 0]) / (a1 - 1.0)
     eel, ggl = _sweep(a, c, vel, ee1, gg1, kbm2)
 
     # quadratic bottom drag; i = 2..imm1, j = 2..jmm1 from here on
@@ -166,7 +169,8 @@ def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
     tps = inside(0.5 * (cbc + shift(cbc, dim, -1)) * speed, tps, **ij)
     ck = c[:, :, kbm1 - 1]
     bottom = ((ck * ggl[-1] - vel[:, :, kbm1 - 1])
-              / (tps * dti2 / (-dz[kbm1 - 1] * dh) - 1.0 - (eel[-1] - 1.0) * ck))
+              / (safe_divide(tps * dti2, -dz[kbm1 - 1] * dh, layer=layer) - 1.0
+                 - (eel[-1] - 1.0) * ck))
     vl = [inside(bottom * mask, vel[:, :, kbm1 - 1], **ij)]
     for ki in range(kbm2, 0, -1):                  # ki = kbm2..1
         vl.insert(0, inside((eel[ki - 1] * vl[0] + ggl[ki - 1]) * mask,
