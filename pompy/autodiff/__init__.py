@@ -1,20 +1,7 @@
 """Differentiation support: gradient policies at the guarded (⊥) points of
-pompy's safe operations (:mod:`pompy.autodiff.policies`)."""
-from pompy.autodiff.policies import (POLICY_REGISTRY, GradientPolicy, GradientPolicyConfig,
-                                     apply_policy, gradient_policy, policy_override,
-                                     policy_registry_snapshot, register_policy, rejection_loss,
-                                     restore_policy_registry, selected_policy)
+pompy's safe operations (:mod:`pompy.autodiff.policies`, re-exported here),
+gradient clipping and monitoring (:mod:`pompy.autodiff.gradients`)."""
+from pompy.autodiff import policies
+from pompy.autodiff.policies import *  # noqa: F401,F403  (the public API)
 
-__all__ = [
-    "GradientPolicy",
-    "GradientPolicyConfig",
-    "POLICY_REGISTRY",
-    "apply_policy",
-    "gradient_policy",
-    "policy_override",
-    "policy_registry_snapshot",
-    "register_policy",
-    "rejection_loss",
-    "restore_policy_registry",
-    "selected_policy",
-]
+__all__ = policies.__all__
