@@ -43,7 +43,8 @@ def gradient(config, steps: int, checkpoint=None):
 
 
 def test_240_steps_gradient_is_finite_and_checkpointing_changes_nothing():
-    """Measured: the three gradients are equal to the last bit (bar 1e-12)."""
+    """The issue's bar is 1e-12; measured: the three gradients are equal to
+    the last bit, which is asserted."""
     config = tiny()
     plain = gradient(config, 240)
     for name, g in zip(("el", "t"), plain):
@@ -51,8 +52,24 @@ def test_240_steps_gradient_is_finite_and_checkpointing_changes_nothing():
     for mode in ("routines", "steps"):
         got = gradient(config, 240, checkpoint=mode)
         for name, g, want in zip(("el", "t"), got, plain):
-            err = float((g - want).abs().max() / want.abs().max())
-            assert err <= 1e-12, (mode, name, err)
+            assert torch.equal(g, want), (mode, name, float((g - want).abs().max()))
+
+
+def test_a_checkpointed_step_recomputes_with_the_parameters_of_its_forward():
+    """Parameters changed between the forward and the backward pass (as a
+    training loop may) do not reach the recomputation of a checkpointed step."""
+    config = tiny()
+    want = gradient(config, 3)
+    core = developed(config, checkpoint="steps")
+    el0 = core.el.clone().requires_grad_(True)
+    t0 = core.t.clone().requires_grad_(True)
+    core.el, core.t = el0, t0
+    core.iend = 5
+    core.run_time_loop()
+    loss = core.u.square().sum() + core.el.sum() + 1e-3 * core.t.sum()
+    core.params["smoth"], core.params["horcon"] = 0.5, 0.3
+    loss.backward()
+    assert torch.equal(el0.grad, want[0]) and torch.equal(t0.grad, want[1])
 
 
 def test_checkpoint_choice_is_checked():
@@ -68,22 +85,20 @@ def test_generation_fast_path_captures_detached_snapshots():
     core = ExplicitCore(config)
     core.run_initialization()
     core.generation_fast_path, core.capture_interval = True, 3
+    core.el = core.el.clone().requires_grad_(True)    # the fast path builds no graph anyway
     core.iend = 8
-    with torch.no_grad():
-        core.run_time_loop()
+    core.run_time_loop()
     assert [r["iint"] for r in core.generation_records] == [3, 6]
     last = core.generation_records[-1]
     assert set(variables.names("prognostic")) <= set(last)
     assert not any(t.requires_grad for n, t in last.items() if torch.is_tensor(t))
+    assert not core.u.requires_grad
+    assert all(last[n].data_ptr() != core.state[n].data_ptr() for n in variables.names("prognostic"))
     # the fast path computes the same model
     for name in variables.names("prognostic"):
         assert torch.equal(core.state[name], reference.state[name]), name
-    # a snapshot is a copy: later steps leave it as it was
-    kept = last["el"].clone()
-    core.iend = 10
-    with torch.no_grad():
-        core.run_time_loop()
-    assert torch.equal(last["el"], kept)
+    core.run_initialization()                           # a new run starts a new record
+    assert core.generation_records == []
 
 
 def test_switching_modes_needs_run_initialization():

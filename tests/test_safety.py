@@ -31,6 +31,40 @@ def test_forward_values_are_pom2ks():
     assert torch.equal(safe_reciprocal(y), over(1.0, y))
 
 
+def test_forward_values_on_the_gradient_path_too():
+    x = rand(500, high=100.0).requires_grad_(True)
+    y = rand(500, low=1e-3, high=1e4, seed=2).requires_grad_(True)
+    assert torch.equal(safe_sqrt(x), sqrt_rn(x.detach()))
+    assert torch.equal(safe_log(y), torch.log(y.detach()))
+    assert torch.equal(safe_abs_pow(x - 50, 1.5), torch.abs(x.detach() - 50) ** 1.5)
+    assert torch.equal(safe_divide(x, y), x.detach() / y.detach())
+    assert torch.equal(safe_divide(2.5, y), over(2.5, y.detach()))
+
+
+def test_second_derivatives_are_refused_not_wrong():
+    x = rand(4, low=1.0, high=2.0).requires_grad_(True)
+    for op in (safe_sqrt, lambda v: safe_divide(1.5, v)):
+        g, = torch.autograd.grad(op(x).sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice|does not require grad"):
+            g.sum().backward()
+
+
+def test_the_forward_passs_override_holds_when_the_backward_sees_none():
+    """autograd may run a backward on its own thread (CUDA), where the
+    caller's gradient_policy context is not visible: the override active in
+    the forward pass then applies."""
+    x = torch.tensor([4.0], dtype=torch.float64, requires_grad=True)
+    with gradient_policy(P.REJECT):
+        y = safe_sqrt(x, layer="smagorinsky")
+    y.backward()
+    assert float(x.grad[0]) == 0.0
+    x.grad = None
+    y = safe_sqrt(x, layer="smagorinsky")
+    with gradient_policy(P.REJECT):             # the backward's own override first
+        y.backward()
+    assert float(x.grad[0]) == 0.0
+
+
 def test_forward_at_the_guards_is_finite():
     zero = torch.zeros(3, dtype=torch.float64)
     assert torch.equal(safe_sqrt(torch.tensor([-1e-30, 0.0], dtype=torch.float64)), torch.zeros(2, dtype=torch.float64))

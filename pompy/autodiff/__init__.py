@@ -1,7 +1,9 @@
 """Differentiation support: gradient policies at the guarded (⊥) points of
-pompy's safe operations (:mod:`pompy.autodiff.policies`, re-exported here),
-gradient clipping and monitoring (:mod:`pompy.autodiff.gradients`)."""
-from pompy.autodiff import policies
-from pompy.autodiff.policies import *  # noqa: F401,F403  (the public API)
+pompy's safe operations (:mod:`pompy.autodiff.policies`), gradient clipping
+and monitoring (:mod:`pompy.autodiff.gradients`); both re-exported here."""
+from pompy.autodiff import gradients, policies
 
-__all__ = policies.__all__
+__all__ = [*policies.__all__, "GRAD_CLIP_NORM", "clip_gradients", "gradient_norms",
+           "log_gradient_norms"]
+globals().update({name: getattr(policies, name) for name in policies.__all__})
+globals().update({name: getattr(gradients, name) for name in __all__[len(policies.__all__):]})

@@ -24,7 +24,8 @@ _LOG = logging.getLogger("pompy.gradients")
 def clip_gradients(parameters: Iterable[Tensor], grad_clip_norm: float | None = GRAD_CLIP_NORM) -> float | None:
     """Clip the global gradient norm of ``parameters`` to ``grad_clip_norm``
     (torch.nn.utils.clip_grad_norm_); None or <= 0 turns clipping off. Returns
-    the global norm before clipping, or None when nothing was clipped."""
+    the global norm before clipping, or None when clipping is off or no
+    parameter has a gradient."""
     params = [p for p in parameters if p.grad is not None]
     if grad_clip_norm is None or float(grad_clip_norm) <= 0 or not params:
         return None

@@ -19,6 +19,7 @@ the step before, which the time loop never writes in place.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -63,7 +64,7 @@ def _checkpointed(fn):
     def wrapper(**kwargs):
         if not torch.is_grad_enabled():
             return fn(**kwargs)
-        return torch_checkpoint(fn, use_reentrant=False, **kwargs)
+        return torch_checkpoint(fn, use_reentrant=False, preserve_rng_state=False, **kwargs)
     wrapper.__name__ = fn.__name__
     return wrapper
 
@@ -169,6 +170,7 @@ class ExplicitCore:
         self.time = c.dti * iint / 86400.0 + time0
         self.last_good = None
         self._loop_mode = None
+        self.generation_records = []
 
     def numpy_state(self) -> dict[str, np.ndarray]:
         """Every variable as a float64 numpy array in pom2k (Fortran) order."""
@@ -198,13 +200,14 @@ class ExplicitCore:
             # intermediates, so the loop may rebind them freely
             for name in LOOP_INPUTS:
                 self.state[name] = self.state[name].clone()
-        for iint in range(self.iint + 1, self.iend + 1):
-            self.step(iint)
-            if self.generation_fast_path and self.capture_interval > 0 \
-                    and iint % self.capture_interval == 0:
-                self.generation_records.append(self.snapshot())
-            if callback is not None:
-                callback(self)
+        with torch.no_grad() if self.generation_fast_path else contextlib.nullcontext():
+            for iint in range(self.iint + 1, self.iend + 1):
+                self.step(iint)
+                if self.generation_fast_path and self.capture_interval > 0 \
+                        and iint % self.capture_interval == 0:
+                    self.generation_records.append(self.snapshot())
+                if callback is not None:
+                    callback(self)
 
     def snapshot(self) -> dict:
         """The prognostic fields, detached copies (for offline use), with iint and time."""
@@ -215,11 +218,16 @@ class ExplicitCore:
         """Internal step iint, as one pass of pom2k's main loop."""
         good = self.state
         time = self.config.dti * float(iint) / 86400.0 + self.time0
+        # what the step reads besides the state, fixed now: a recomputation
+        # in the backward pass (checkpoint="steps") must see the same
+        ramp = min(time / self.period, 1.0) if self.config.lramp else 1.0
+        fixed = (dict(self.params, ramp=ramp), dict(self.routines), self.time0)
         if self.checkpoint == "steps" and torch.is_grad_enabled():
-            s, vamax, imax, jmax, going = torch_checkpoint(self._advance, good, iint, time,
-                                                           use_reentrant=False)
+            s, vamax, imax, jmax, going = torch_checkpoint(self._advance, good, iint, *fixed,
+                                                           use_reentrant=False,
+                                                           preserve_rng_state=False)
         else:
-            s, vamax, imax, jmax, going = self._advance(good, iint, time)
+            s, vamax, imax, jmax, going = self._advance(good, iint, *fixed)
         self.vamax = vamax
         object.__setattr__(self, "state", s)
         self.iint, self.time = iint, time
@@ -229,34 +237,33 @@ class ExplicitCore:
                 raise CFLViolation(iint, vamax, int(imax), int(jmax), self.config.vmaxl)
             raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
 
-    def _advance(self, state: dict, iint: int, time: float) -> tuple:
-        """One pass of pom2k's main loop on ``state`` (not written): the new
-        state, vamax, (imax, jmax) and whether the run may go on. A function
-        of its inputs, so that it can be recomputed (checkpoint="steps")."""
+    def _advance(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
+        """One pass of pom2k's main loop on ``state`` (not written), with the
+        parameters ``p`` (ramp set) and ``routines``: the new state, vamax,
+        (imax, jmax) and whether the run may go on. A function of its
+        arguments, so that it can be recomputed (checkpoint="steps")."""
         c, s = self.config, dict(state)
-        ramp = min(time / self.period, 1.0) if c.lramp else 1.0
-        p = dict(self.params, ramp=ramp)
         isplit = c.isplit
-        run(s, p, "surface_forcing", routines=self.routines)
+        run(s, p, "surface_forcing", routines=routines)
         # 3-D terms of the external mode; in mode 2 the initial aam2d is kept
         if c.mode != 2:
             run(s, p, "advct(a,c,ee)", "baropg", "smagorinsky", "vertical_averages",
-                routines=self.routines)
+                routines=routines)
         d, ua, va = s["d"], s["ua"], s["va"]
         isp2i = 1.0 / (2.0 * float(isplit))
         s["egf"] = s["el"] * (1.0 / float(isplit))
         s["utf"] = inside(ua * (d + shift(d, X, -1)) * isp2i, s["utf"], i=(2, c.im))
         s["vtf"] = inside(va * (d + shift(d, Y, -1)) * isp2i, s["vtf"], j=(2, c.jm))
         for iext in range(1, isplit + 1):
-            s = stepping.external_step(s, dict(p, iext=iext), self.routines)
+            s = stepping.external_step(s, dict(p, iext=iext), routines)
         # pom2k's velocity check of the last pass: the first value read from
         # the device this step (a NaN fails it; pom2k's check skips NaN)
         vamax = float(s.pop("vamax"))
         imax, jmax = s.pop("imax"), s.pop("jmax")
         going = vamax <= c.vmaxl
         if going:
-            if (iint != 1 or self.time0 != 0.0) and c.mode != 2:
-                s = stepping.internal_step(s, p, self.routines)
+            if (iint != 1 or time0 != 0.0) and c.mode != 2:
+                s = stepping.internal_step(s, p, routines)
             s["egb"], s["etb"], s["et"] = s["egf"].clone(), s["et"].clone(), s["etf"].clone()
             s["dt"] = s["h"] + s["et"]
             s["utb"], s["vtb"], s["vfluxb"] = s["utf"].clone(), s["vtf"].clone(), s["vfluxf"].clone()

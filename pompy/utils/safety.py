@@ -30,13 +30,22 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
-from pompy.autodiff.policies import apply_policy
+from pompy.autodiff.policies import apply_policy, policy_override
 from pompy.ops import sqrt_rn
 
 SAFE_DIV_EPS = 1e-20
 SAFE_SQRT_EPS = 1e-8
 SAFE_LOG_EPS = 1e-12
+
+
+def _policy(ctx, grad: Tensor, bottom: Tensor) -> Tensor:
+    """The gradient policy at the guarded points: the gradient_policy override
+    active in the backward pass, else the one active in the forward pass (a
+    backward run on another thread, as autograd does for CUDA, does not see
+    the caller's context), else the layer's default (apply_policy)."""
+    return apply_policy(grad, bottom, policy=policy_override() or ctx.override, layer=ctx.layer)
 
 
 class _Guarded(torch.autograd.Function):
@@ -52,12 +61,13 @@ class _Guarded(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         _, _, derivative, bottom, layer = inputs
         ctx.save_for_backward(derivative, bottom)
-        ctx.layer = layer
+        ctx.layer, ctx.override = layer, policy_override()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         derivative, bottom = ctx.saved_tensors
-        return apply_policy(grad * derivative, bottom, layer=ctx.layer), None, None, None, None
+        return _policy(ctx, grad * derivative, bottom), None, None, None, None
 
 
 def _tracked(x: Tensor) -> bool:
@@ -105,15 +115,19 @@ class _Divide(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         n, d, held, bottom, layer = inputs
         ctx.save_for_backward(held, output, bottom)
-        ctx.layer = layer
+        ctx.layer, ctx.override = layer, policy_override()
         ctx.shapes = n.shape, d.shape
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         held, quotient, bottom = ctx.saved_tensors
-        gn = apply_policy(grad / held, bottom, layer=ctx.layer)
-        gd = apply_policy(-grad * quotient / held, bottom, layer=ctx.layer)
-        return _sum_to(gn, ctx.shapes[0]), _sum_to(gd, ctx.shapes[1]), None, None, None
+        gn = gd = None
+        if ctx.needs_input_grad[0]:
+            gn = _sum_to(_policy(ctx, grad / held, bottom), ctx.shapes[0])
+        if ctx.needs_input_grad[1]:
+            gd = _sum_to(_policy(ctx, -grad * quotient / held, bottom), ctx.shapes[1])
+        return gn, gd, None, None, None
 
 
 def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
