@@ -276,21 +276,17 @@ def validate(config: Config) -> None:
 def check_external_cfl(config: Config, grid: Mapping[str, np.ndarray] | None = None) -> None:
     """Reject a dte at or above pom2k's external CFL limit, the smallest tps over wet points.
 
-    ``grid`` holds dx, dy, h, fsm; by default the analytic grid of iproblem 1 or 2, or for
-    iproblem=3 the grid of the IC file ``icfile`` as the set-up will have it (pompy.icfile).
+    ``grid`` holds dx, dy, h, fsm and tps; by default the config's own set-up
+    (pompy.grids.setup_grid: seamount, box, or the IC file ``icfile``).
     """
     if grid is None:
-        if config.iproblem == 3:
-            from pompy.icfile import setup_grid
-
-            try:
-                grid = setup_grid(config)
-            except ValueError as err:
-                raise ConfigError(f"icfile={config.icfile!r}: {err}") from err
-        else:
-            grid = grids.analytic_grid(config)
-    tps = grids.external_cfl_timestep(grid["dx"], grid["dy"], grid["h"], grid["fsm"], config.grav, config.small)
-    tps = np.where(grid["fsm"] > 0, tps, np.inf)
+        try:
+            grid = grids.setup_grid(config)
+        except ValueError as err:
+            if config.iproblem != 3:
+                raise
+            raise ConfigError(f"icfile={config.icfile!r}: {err}") from err
+    tps = np.where(grid["fsm"] > 0, grid["tps"], np.inf)
     i, j = np.unravel_index(np.argmin(tps), tps.shape)
     limit = tps[i, j]
     if config.dte >= limit:

@@ -375,18 +375,3 @@ def write_ic_from_state(path: str | Path, state: Mapping[str, np.ndarray], confi
             raise ValueError(f"write_ic_from_state: {name!r} is required, it cannot be omitted")
         arrays.pop(name)
     return write_ic(path, title=f"{config.title}: initial conditions", **arrays)
-
-
-def setup_grid(config: Config) -> dict[str, np.ndarray]:
-    """dx, dy, h and fsm of the IC file as the set-up will have them (land
-    h < 1 set to 1, slpmax applied when slmax < 1): for the CFL check."""
-    import torch
-
-    from pompy.core.grid import slpmax
-
-    ic = read_ic(config.icfile, config)
-    h = np.maximum(ic["h"], 1.0)
-    fsm = np.where(h > 1.0, 1.0, 0.0)
-    if config.slmax < 1.0:
-        h = slpmax(config.slmax, torch.from_numpy(fsm), torch.from_numpy(h)).h.numpy()
-    return dict(dx=ic["dx"], dy=ic["dy"], h=h, fsm=fsm)

@@ -124,23 +124,10 @@ class ExplicitCore:
             object.__setattr__(self, name, value)
 
     # ------------------------------------------------------------ set-up
-    def _zeros(self) -> dict:
-        c = self.config
-        return {name: torch.zeros(variables.shape(name, c.im, c.jm, c.kb), dtype=torch.float64)
-                for name in (*variables.VARIABLES, *variables.WORK)}
-
     def run_initialization(self) -> None:
         """pom2k's set-up (iint = 0), computed on the CPU in float64; for
         iproblem 3 from the config's IC file (pompy.icfile)."""
-        state, after = self._zeros(), {}
-        if self.config.iproblem == 3:
-            from pompy import icfile
-
-            ic, after = icfile.split_ic(self.config)
-            state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in ic.items()})
-        state = stepping.initialize(state, self.params)
-        state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in after.items()})
-        self.load_state(state, iint=0)
+        self.load_state(stepping.set_up(self.config), iint=0)
 
     def load_state(self, arrays: dict, iint: int, time0: float = 0.0) -> None:
         """Set the state from arrays by pom2k name (numpy or torch, pom2k

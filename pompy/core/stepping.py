@@ -23,6 +23,7 @@ import inspect
 import math
 from functools import lru_cache
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -184,6 +185,26 @@ def initialize(s: dict, p: dict) -> dict:
     s["d"] = s["h"] + s["el"]
     s["dt"] = s["h"] + s["et"]
     return s
+
+
+def set_up(config) -> dict:
+    """pom2k's state at iint 0 for ``config``: every variable of
+    pompy.variables as a float64 CPU tensor, from initialize on a zero state
+    (for iproblem 3 with the IC file's arrays placed before it and its
+    output-only coordinates after, as pompy.icfile describes)."""
+    from pompy import icfile, variables
+    from pompy.config import parameters
+
+    state = {name: torch.zeros(variables.shape(name, config.im, config.jm, config.kb),
+                               dtype=torch.float64)
+             for name in (*variables.VARIABLES, *variables.WORK)}
+    after = {}
+    if config.iproblem == 3:
+        ic, after = icfile.split_ic(config)
+        state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in ic.items()})
+    state = initialize(state, parameters(config))
+    state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in after.items()})
+    return state
 
 
 # ---------------------------------------------------------------- time stepping
