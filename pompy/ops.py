@@ -7,10 +7,19 @@ placeholder that routines never keep; a routine chooses the index ranges
 it writes with :func:`inside`, in pom2k's inclusive 1-based bounds. No
 operator wraps around (no ``torch.roll``) and none divides by a metric.
 
-    shift(a, X, +1)[i] = a[i+1]        shift(a, X, -1)[i] = a[i-1]
-    axf(a) = .5*(a[i+1] + a[i])        axb(a) = .5*(a[i] + a[i-1])
-    dxf(a) = a[i+1] - a[i]             dxb(a) = a[i] - a[i-1]
-    (likewise ay*, dy* along j and az*, dz* along k)
+A neighbour is read with the operator named after the Fortran index it
+reads; the arithmetic stays at the call, written as pom2k writes it:
+
+    xm(a) = a(i-1)    xp(a) = a(i+1)      along dim 0 (i)
+    ym(a) = a(j-1)    yp(a) = a(j+1)      along dim 1 (j)
+    zm(a) = a(k-1)    zp(a) = a(k+1)      along the last dim (k)
+
+so pom2k's ``.25*(dx(i,j)+dx(i-1,j))`` is ``.25 * (dx + xm(dx))``, operands
+and grouping as the Fortran writes them. k is the last dimension of every
+pompy array that has one: (i, j, k) fields, (1, 1, k) :func:`levels`,
+(j, k) and (i, k) boundary slices and (k,) profiles; an (i, j) field has no
+k, and ``zm`` of it would read j. :func:`shift` is the general offset the
+six are built on.
 """
 from __future__ import annotations
 
@@ -34,18 +43,38 @@ def shift(a: torch.Tensor, dim: int, offset: int) -> torch.Tensor:
     return torch.cat([edge, a.narrow(dim, 0, n + offset)], dim)
 
 
-def axf(a): return .5 * (shift(a, X, 1) + a)
-def axb(a): return .5 * (a + shift(a, X, -1))
-def ayf(a): return .5 * (shift(a, Y, 1) + a)
-def ayb(a): return .5 * (a + shift(a, Y, -1))
-def azf(a): return .5 * (shift(a, Z, 1) + a)
-def azb(a): return .5 * (a + shift(a, Z, -1))
-def dxf(a): return shift(a, X, 1) - a
-def dxb(a): return a - shift(a, X, -1)
-def dyf(a): return shift(a, Y, 1) - a
-def dyb(a): return a - shift(a, Y, -1)
-def dzf(a): return shift(a, Z, 1) - a
-def dzb(a): return a - shift(a, Z, -1)
+def xm(a: Tensor) -> Tensor:
+    """``a(i-1)``: ``shift(a, X, -1)``; at i = 1 the edge slab a(1) is repeated."""
+    return shift(a, X, -1)
+
+
+def xp(a: Tensor) -> Tensor:
+    """``a(i+1)``: ``shift(a, X, 1)``; at i = im the edge slab a(im) is repeated."""
+    return shift(a, X, 1)
+
+
+def ym(a: Tensor) -> Tensor:
+    """``a(j-1)``: ``shift(a, Y, -1)``; at j = 1 the edge slab a(:,1) is repeated."""
+    return shift(a, Y, -1)
+
+
+def yp(a: Tensor) -> Tensor:
+    """``a(j+1)``: ``shift(a, Y, 1)``; at j = jm the edge slab a(:,jm) is repeated."""
+    return shift(a, Y, 1)
+
+
+def zm(a: Tensor) -> Tensor:
+    """``a(k-1)`` along the last dimension (k): ``shift(a, -1, -1)``, which is
+    ``shift(a, Z, -1)`` for an (i, j, k) field; at k = 1 the edge slab a(..,1)
+    is repeated."""
+    return shift(a, -1, -1)
+
+
+def zp(a: Tensor) -> Tensor:
+    """``a(k+1)`` along the last dimension (k): ``shift(a, -1, 1)``, which is
+    ``shift(a, Z, 1)`` for an (i, j, k) field; at k = kb the edge slab a(..,kb)
+    is repeated."""
+    return shift(a, -1, 1)
 
 
 def _range_mask(size: int, bounds, device) -> torch.Tensor:

@@ -13,21 +13,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, Z, expand3, inside, levels, shift
+from pompy.ops import Z, expand3, inside, levels, xm, xp, ym, yp, zm, zp
 from pompy.utils.safety import safe_divide, safe_sqrt
-
-
-def _im(a): return shift(a, X, -1)   # a(i-1)
-def _ip(a): return shift(a, X, 1)    # a(i+1)
-def _jm(a): return shift(a, Y, -1)   # a(j-1)
-def _jp(a): return shift(a, Y, 1)    # a(j+1)
-def _km(a): return shift(a, Z, -1)   # a(k-1)
-def _kp(a): return shift(a, Z, 1)    # a(k+1)
 
 
 def _sum4(a):
     """a(i,j) + a(i-1,j) + a(i,j-1) + a(i-1,j-1), pom2k's corner sum."""
-    return a + _im(a) + _jm(a) + _im(_jm(a))
+    return a + xm(a) + ym(a) + xm(ym(a))
 
 
 class AdvctOut(NamedTuple):
@@ -85,43 +77,43 @@ def advct(u: Tensor, v: Tensor, ub: Tensor, vb: Tensor, dt: Tensor, aam: Tensor,
     aru3, arv3 = expand3(aru), expand3(arv)
     ks = (1, kbm1)
 
-    curv_new = inside(.25 * ((_jp(v) + v) * (_ip(dy3) - _im(dy3))
-                             - (_ip(u) + u) * (_jp(dx3) - _jm(dx3))) / (dx3 * dy3),
+    curv_new = inside(.25 * ((yp(v) + v) * (xp(dy3) - xm(dy3))
+                             - (xp(u) + u) * (yp(dx3) - ym(dx3))) / (dx3 * dy3),
                       i=(2, imm1), j=(2, jmm1), k=ks)
     # shear diffusion shared by both components, at the corner (i-1/2, j-1/2)
     dtaam = .25 * _sum4(D) * _sum4(aam)
-    shear = dtaam * ((ub - _jm(ub)) / _sum4(dy3) + (vb - _im(vb)) / _sum4(dx3))
+    shear = dtaam * ((ub - ym(ub)) / _sum4(dy3) + (vb - xm(vb)) / _sum4(dx3))
 
     # x-component: advective fluxes (xflux spans j=1..jm, yflux i=2..im)
-    xadv = inside(.125 * ((_ip(D) + D) * _ip(u) + (D + _im(D)) * u) * (_ip(u) + u),
+    xadv = inside(.125 * ((xp(D) + D) * xp(u) + (D + xm(D)) * u) * (xp(u) + u),
                   i=(2, imm1), k=ks)
-    yadv = inside(.125 * ((D + _jm(D)) * v + (_im(D) + _im(_jm(D))) * _im(v)) * (u + _jm(u)),
+    yadv = inside(.125 * ((D + ym(D)) * v + (xm(D) + xm(ym(D))) * xm(v)) * (u + ym(u)),
                   i=(2, im), j=(2, jm), k=ks)
     # diffusive fluxes and face lengths only on i=2..imm1, j=2..jm
-    xfl = inside(dy3 * (xadv - D * aam * 2. * (_ip(ub) - ub) / dx3),
+    xfl = inside(dy3 * (xadv - D * aam * 2. * (xp(ub) - ub) / dx3),
                  rest=xadv, i=(2, imm1), j=(2, jm), k=ks)
     yfl = inside(.25 * _sum4(dx3) * (yadv - shear),
                  rest=yadv, i=(2, imm1), j=(2, jm), k=ks)
-    div = xfl - _im(xfl) + _jp(yfl) - yfl
-    ax = div - aru3 * .25 * (curv_new * D * (_jp(v) + v)
-                             + _im(curv_new) * _im(D) * (_im(_jp(v)) + _im(v)))
+    div = xfl - xm(xfl) + yp(yfl) - yfl
+    ax = div - aru3 * .25 * (curv_new * D * (yp(v) + v)
+                             + xm(curv_new) * xm(D) * (xm(yp(v)) + xm(v)))
     # curvature from i=3: at i=2 only the flux divergence
     ax = inside(ax, rest=div, i=(3, imm1))
     advx_new = inside(ax, i=(2, imm1), j=(2, jmm1), k=ks)
 
     # y-component: advective fluxes (xflux on i=2..im, j=2..jm; yflux i=1..im, j=2..jmm1)
-    xadv = inside(.125 * ((D + _im(D)) * u + (_jm(D) + _im(_jm(D))) * _jm(u)) * (v + _im(v)),
+    xadv = inside(.125 * ((D + xm(D)) * u + (ym(D) + xm(ym(D))) * ym(u)) * (v + xm(v)),
                   i=(2, im), j=(2, jm), k=ks)
-    yadv = inside(.125 * ((_jp(D) + D) * _jp(v) + (D + _jm(D)) * v) * (_jp(v) + v),
+    yadv = inside(.125 * ((yp(D) + D) * yp(v) + (D + ym(D)) * v) * (yp(v) + v),
                   j=(2, jmm1), k=ks)
     # diffusive fluxes and face lengths only on i=2..im, j=2..jmm1
     xfl = inside(.25 * _sum4(dy3) * (xadv - shear),
                  rest=xadv, i=(2, im), j=(2, jmm1), k=ks)
-    yfl = inside(dx3 * (yadv - D * aam * 2. * (_jp(vb) - vb) / dy3),
+    yfl = inside(dx3 * (yadv - D * aam * 2. * (yp(vb) - vb) / dy3),
                  rest=yadv, i=(2, im), j=(2, jmm1), k=ks)
-    div = _ip(xfl) - xfl + yfl - _jm(yfl)
-    ay = div + arv3 * .25 * (curv_new * D * (_ip(u) + u)
-                             + _jm(curv_new) * _jm(D) * (_jm(_ip(u)) + _jm(u)))
+    div = xp(xfl) - xfl + yfl - ym(yfl)
+    ay = div + arv3 * .25 * (curv_new * D * (xp(u) + u)
+                             + ym(curv_new) * ym(D) * (ym(xp(u)) + ym(u)))
     # curvature from j=3: at j=2 only the flux divergence
     ay = inside(ay, rest=div, j=(3, jmm1))
     advy_new = inside(ay, i=(2, imm1), j=(2, jmm1), k=ks)
@@ -149,50 +141,50 @@ def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tenso
     corner = dict(i=(2, im), j=(2, jm))
 
     # u-advection and diffusion
-    fua = inside(.125 * ((_ip(d) + d) * _ip(ua) + (d + _im(d)) * ua) * (_ip(ua) + ua),
+    fua = inside(.125 * ((xp(d) + d) * xp(ua) + (d + xm(d)) * ua) * (xp(ua) + ua),
                  rest=fluxua, i=(2, imm1), j=(2, jm))
-    fva = inside(.125 * ((d + _jm(d)) * va + (_im(d) + _im(_jm(d))) * _im(va)) * (ua + _jm(ua)),
+    fva = inside(.125 * ((d + ym(d)) * va + (xm(d) + xm(ym(d))) * xm(va)) * (ua + ym(ua)),
                  rest=fluxva, **corner)
-    fua = inside(fua - d * 2. * aam2d * (_ip(uab) - uab) / dx, rest=fua, i=(2, imm1), j=(2, jm))
-    tps = inside(.25 * _sum4(d) * (aam2d + _jm(aam2d) + _im(aam2d) + _im(_jm(aam2d)))
-                 * ((uab - _jm(uab)) / _sum4(dy) + (vab - _im(vab)) / _sum4(dx)),
+    fua = inside(fua - d * 2. * aam2d * (xp(uab) - uab) / dx, rest=fua, i=(2, imm1), j=(2, jm))
+    tps = inside(.25 * _sum4(d) * (aam2d + ym(aam2d) + xm(aam2d) + xm(ym(aam2d)))
+                 * ((uab - ym(uab)) / _sum4(dy) + (vab - xm(vab)) / _sum4(dx)),
                  rest=curv2d, **corner)
     fua = inside(fua * dy, rest=fua, **corner)
     fva = inside((fva - tps) * .25 * _sum4(dx), rest=fva, **corner)
-    advua_new = inside(fua - _im(fua) + _jp(fva) - fva, **inner)
+    advua_new = inside(fua - xm(fua) + yp(fva) - fva, **inner)
 
     # v-advection and diffusion
-    fua = inside(.125 * ((d + _im(d)) * ua + (_jm(d) + _im(_jm(d))) * _jm(ua)) * (_im(va) + va),
+    fua = inside(.125 * ((d + xm(d)) * ua + (ym(d) + xm(ym(d))) * ym(ua)) * (xm(va) + va),
                  rest=fua, **corner)
-    fva = inside(.125 * ((_jp(d) + d) * _jp(va) + (d + _jm(d)) * va) * (_jp(va) + va),
+    fva = inside(.125 * ((yp(d) + d) * yp(va) + (d + ym(d)) * va) * (yp(va) + va),
                  rest=fva, i=(2, im), j=(2, jmm1))
-    fva = inside(fva - d * 2. * aam2d * (_jp(vab) - vab) / dy, rest=fva, i=(2, im), j=(2, jmm1))
+    fva = inside(fva - d * 2. * aam2d * (yp(vab) - vab) / dy, rest=fva, i=(2, im), j=(2, jmm1))
     fva = inside(fva * dx, rest=fva, **corner)
     fua = inside((fua - tps) * .25 * _sum4(dy), rest=fua, **corner)
-    advva_new = inside(_ip(fua) - fua + fva - _jm(fva), **inner)
+    advva_new = inside(xp(fua) - fua + fva - ym(fva), **inner)
 
     wubot_new, wvbot_new = wubot, wvbot
     if mode == 2:
-        wubot_new = inside(-0.5 * (cbc + _im(cbc))
-                           * safe_sqrt(uab ** 2 + (.25 * (vab + _jp(vab) + _im(vab)
-                                                          + _im(_jp(vab)))) ** 2,
+        wubot_new = inside(-0.5 * (cbc + xm(cbc))
+                           * safe_sqrt(uab ** 2 + (.25 * (vab + yp(vab) + xm(vab)
+                                                          + xm(yp(vab)))) ** 2,
                                        layer="bottom_drag")
                            * uab, rest=wubot, **inner)
-        wvbot_new = inside(-0.5 * (cbc + _jm(cbc))
-                           * safe_sqrt(vab ** 2 + (.25 * (uab + _ip(uab) + _jm(uab)
-                                                          + _ip(_jm(uab)))) ** 2,
+        wvbot_new = inside(-0.5 * (cbc + ym(cbc))
+                           * safe_sqrt(vab ** 2 + (.25 * (uab + xp(uab) + ym(uab)
+                                                          + xp(ym(uab)))) ** 2,
                                        layer="bottom_drag")
                            * vab, rest=wvbot, **inner)
-        tps = inside(.25 * ((_jp(va) + va) * (_ip(dy) - _im(dy))
-                            - (_ip(ua) + ua) * (_jp(dx) - _jm(dx))) / (dx * dy),
+        tps = inside(.25 * ((yp(va) + va) * (xp(dy) - xm(dy))
+                            - (xp(ua) + ua) * (yp(dx) - ym(dx))) / (dx * dy),
                      rest=tps, **inner)
         advua_new = inside(advua_new - aru * .25
-                           * (tps * d * (_jp(va) + va)
-                              + _im(tps) * _im(d) * (_im(_jp(va)) + _im(va))),
+                           * (tps * d * (yp(va) + va)
+                              + xm(tps) * xm(d) * (xm(yp(va)) + xm(va))),
                            rest=advua_new, i=(3, imm1), j=(2, jmm1))
         advva_new = inside(advva_new + arv * .25
-                           * (tps * d * (_ip(ua) + ua)
-                              + _jm(tps) * _jm(d) * (_jm(_ip(ua)) + _jm(ua))),
+                           * (tps * d * (xp(ua) + ua)
+                              + ym(tps) * ym(d) * (ym(xp(ua)) + ym(ua))),
                            rest=advva_new, i=(2, imm1), j=(3, jmm1))
     return AdvaveOut(advua=advua_new, advva=advva_new, fluxua=fua, fluxva=fva,
                      wubot=wubot_new.clone(), wvbot=wvbot_new.clone(), curv2d=tps)
@@ -213,16 +205,16 @@ def advu(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
     D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
     EGF, EGB, EA, COR, DY, ARU = (expand3(a) for a in (egf, egb, e_atmos, cor, dy, aru))
-    zflux = inside(.25 * (w + _im(w)) * (u + _km(u)), i=(2, im), k=(2, kbm1))
+    zflux = inside(.25 * (w + xm(w)) * (u + zm(u)), i=(2, im), k=(2, kbm1))
     # dz(kb) = 0: the level kb is not kept, but its quotient must stay finite
-    rhs = (advx + safe_divide((zflux - _kp(zflux)) * ARU, levels(dz), layer="advu")
-           - ARU * .25 * (COR * D * (_jp(v) + v) + _im(COR) * _im(D) * (_im(_jp(v)) + _im(v)))
-           + grav * .125 * (D + _im(D))
-           * (EGF - _im(EGF) + EGB - _im(EGB) + (EA - _im(EA)) * 2.)
-           * (DY + _im(DY))
+    rhs = (advx + safe_divide((zflux - zp(zflux)) * ARU, levels(dz), layer="advu")
+           - ARU * .25 * (COR * D * (yp(v) + v) + xm(COR) * xm(D) * (xm(yp(v)) + xm(v)))
+           + grav * .125 * (D + xm(D))
+           * (EGF - xm(EGF) + EGB - xm(EGB) + (EA - xm(EA)) * 2.)
+           * (DY + xm(DY))
            + drhox)
-    new = safe_divide((H + ETB + _im(H) + _im(ETB)) * ARU * ub - 2. * dti2 * rhs,
-                      (H + ETF + _im(H) + _im(ETF)) * ARU, layer="advu")
+    new = safe_divide((H + ETB + xm(H) + xm(ETB)) * ARU * ub - 2. * dti2 * rhs,
+                      (H + ETF + xm(H) + xm(ETF)) * ARU, layer="advu")
     return AdvuOut(uf=inside(new, rest=zflux, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
 
 
@@ -240,15 +232,15 @@ def advv(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
     D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
     EGF, EGB, EA, COR, DX, ARV = (expand3(a) for a in (egf, egb, e_atmos, cor, dx, arv))
-    zflux = inside(.25 * (w + _jm(w)) * (v + _km(v)), j=(2, jm), k=(2, kbm1))
-    rhs = (advy + safe_divide((zflux - _kp(zflux)) * ARV, levels(dz), layer="advv")
-           + ARV * .25 * (COR * D * (_ip(u) + u) + _jm(COR) * _jm(D) * (_jm(_ip(u)) + _jm(u)))
-           + grav * .125 * (D + _jm(D))
-           * (EGF - _jm(EGF) + EGB - _jm(EGB) + (EA - _jm(EA)) * 2.)
-           * (DX + _jm(DX))
+    zflux = inside(.25 * (w + ym(w)) * (v + zm(v)), j=(2, jm), k=(2, kbm1))
+    rhs = (advy + safe_divide((zflux - zp(zflux)) * ARV, levels(dz), layer="advv")
+           + ARV * .25 * (COR * D * (xp(u) + u) + ym(COR) * ym(D) * (ym(xp(u)) + ym(u)))
+           + grav * .125 * (D + ym(D))
+           * (EGF - ym(EGF) + EGB - ym(EGB) + (EA - ym(EA)) * 2.)
+           * (DX + ym(DX))
            + drhoy)
-    new = safe_divide((H + ETB + _jm(H) + _jm(ETB)) * ARV * vb - 2. * dti2 * rhs,
-                      (H + ETF + _jm(H) + _jm(ETF)) * ARV, layer="advv")
+    new = safe_divide((H + ETB + ym(H) + ym(ETB)) * ARV * vb - 2. * dti2 * rhs,
+                      (H + ETF + ym(H) + ym(ETF)) * ARV, layer="advv")
     return AdvvOut(vf=inside(new, rest=zflux, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
 
 
@@ -266,18 +258,18 @@ def advq(dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, aam: Tensor, 
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
     D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
     DX, DY, ART, DUM, DVM = (expand3(a) for a in (dx, dy, art, dum, dvm))
-    xfl = .125 * (q + _im(q)) * (D + _im(D)) * (u + _km(u))
-    yfl = .125 * (q + _jm(q)) * (D + _jm(D)) * (v + _km(v))
-    xfl = (xfl - .25 * (aam + _im(aam) + _km(aam) + _im(_km(aam)))
-           * (H + _im(H)) * (qb - _im(qb)) * DUM / (DX + _im(DX)))
-    yfl = (yfl - .25 * (aam + _jm(aam) + _km(aam) + _jm(_km(aam)))
-           * (H + _jm(H)) * (qb - _jm(qb)) * DVM / (DY + _jm(DY)))
+    xfl = .125 * (q + xm(q)) * (D + xm(D)) * (u + zm(u))
+    yfl = .125 * (q + ym(q)) * (D + ym(D)) * (v + zm(v))
+    xfl = (xfl - .25 * (aam + xm(aam) + zm(aam) + xm(zm(aam)))
+           * (H + xm(H)) * (qb - xm(qb)) * DUM / (DX + xm(DX)))
+    yfl = (yfl - .25 * (aam + ym(aam) + zm(aam) + ym(zm(aam)))
+           * (H + ym(H)) * (qb - ym(qb)) * DVM / (DY + ym(DY)))
     faces = dict(i=(2, im), j=(2, jm), k=(2, kbm1))
-    xfl = inside(.5 * (DY + _im(DY)) * xfl, rest=xflux, **faces)
-    yfl = inside(.5 * (DX + _jm(DX)) * yfl, rest=yflux, **faces)
+    xfl = inside(.5 * (DY + xm(DY)) * xfl, rest=xflux, **faces)
+    yfl = inside(.5 * (DX + ym(DX)) * yfl, rest=yflux, **faces)
     dzs = levels(dz)
-    rhs = ((_km(w) * _km(q) - _kp(w) * _kp(q)) * ART / (dzs + _km(dzs))
-           + _ip(xfl) - xfl + _jp(yfl) - yfl)
+    rhs = ((zm(w) * zm(q) - zp(w) * zp(q)) * ART / (dzs + zm(dzs))
+           + xp(xfl) - xfl + yp(yfl) - yfl)
     new = safe_divide((H + ETB) * ART * qb - dti2 * rhs, (H + ETF) * ART, layer="advq")
     qf_new = inside(new, rest=qf, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
     return AdvqOut(qf=qf_new, xflux=xfl, yflux=yfl)
@@ -297,10 +289,10 @@ def vertvl(dti2: float, dz: Tensor, u: Tensor, v: Tensor, dt: Tensor, dx: Tensor
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
     D, DX, DY = expand3(dt), expand3(dx), expand3(dy)
     faces = dict(i=(2, im), j=(2, jm), k=(1, kbm1))
-    xfl = inside(.25 * (DY + _im(DY)) * (D + _im(D)) * u, rest=xflux, **faces)
-    yfl = inside(.25 * (DX + _jm(DX)) * (D + _jm(D)) * v, rest=yflux, **faces)
+    xfl = inside(.25 * (DY + xm(DY)) * (D + xm(D)) * u, rest=xflux, **faces)
+    yfl = inside(.25 * (DX + ym(DX)) * (D + ym(D)) * v, rest=yflux, **faces)
     # per-layer divergence; zero-thickness slab at kb is never used
-    inc = levels(dz) * ((_ip(xfl) - xfl + _jp(yfl) - yfl) / (DX * DY)
+    inc = levels(dz) * ((xp(xfl) - xfl + yp(yfl) - yfl) / (DX * DY)
                         + expand3((etf - etb) / dti2))
     # the integral from the surface, in pom2k's order
     acc = 0.5 * (vfluxb + vfluxf)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, expand3, inside, over, shift
+from pompy.ops import X, Y, expand3, inside, over, ym, yp, zm, zp
 from pompy.utils.safety import safe_sqrt
 
 
@@ -105,7 +105,7 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
 
     elif idx == 3:
         def smooth(a):  # .25*a(j-1) + .5*a(j) + .25*a(j+1), along j
-            return .25 * shift(a, Y, -1) + .5 * a + .25 * shift(a, Y, 1)
+            return .25 * ym(a) + .5 * a + .25 * yp(a)
 
         us = smooth(u)
         ga = safe_sqrt(h / hmax, layer="bcond")
@@ -136,14 +136,14 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
             # wm*(f(k-1) - f(k+1)) from the point one inside the edge
             vert = torch.zeros(kb, dtype=torch.bool, device=zz.device)
             vert[1:kbm1 - 1] = True
-            dzz2 = shift(zz, 0, -1) - shift(zz, 0, 1)  # zz(k-1) - zz(k+1)
-            wm = [.5 * (w2 + shift(w2, 1, 1)) * dti / (dzz2 * dt2[:, None])
+            dzz2 = zm(zz) - zp(zz)  # zz(k-1) - zz(k+1)
+            wm = [.5 * (w2 + zp(w2)) * dti / (dzz2 * dt2[:, None])
                   for w2, dt2 in ((w[im - 2], dt[im - 2]), (w[1], dt[1]),
                                   (w[:, jm - 2], dt[:, jm - 2]), (w[:, 1], dt[:, 1]))]
 
             def vadv(f):
                 inner = (f[im - 2], f[1], f[:, jm - 2], f[:, 1])
-                return [torch.where(vert, m * (shift(g, 1, -1) - shift(g, 1, 1)), 0.)
+                return [torch.where(vert, m * (zm(g) - zp(g)), 0.)
                         for m, g in zip(wm, inner)]
 
             # inflow relaxes to tb*/sb*; masked by fsm on k = 1..kbm1

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from pompy.compat import abs_pow15
-from pompy.ops import X, Y, Z, expand3, inside, levels, shift
+from pompy.ops import Z, expand3, inside, levels, xm, ym, zm
 
 
 class DensOut(NamedTuple):
@@ -67,13 +67,13 @@ def baropg(grav: float, zz: Tensor, dx: Tensor, dy: Tensor, dt: Tensor, dum: Ten
     rhom = rho - rmean
     D, dx3, dy3 = expand3(dt), expand3(dx), expand3(dy)
     zzk = levels(zz)
-    zzkm1 = shift(zzk, Z, -1)
+    zzkm1 = zm(zzk)
 
-    def integrate(d: int) -> Tensor:
-        # d = X for drhox (neighbour i-1), Y for drhoy (neighbour j-1)
-        Dm = shift(D, d, -1)
-        rm = shift(rhom, d, -1)
-        rk1, rmk1 = shift(rhom, Z, -1), shift(rm, Z, -1)
+    def integrate(back) -> Tensor:
+        # back = xm for drhox (neighbour i-1), ym for drhoy (neighbour j-1)
+        Dm = back(D)
+        rm = back(rhom)
+        rk1, rmk1 = zm(rhom), zm(rm)
         top = .5 * grav * (-zz[0]) * (D + Dm) * (rhom - rm)
         a = grav * .25 * (zzkm1 - zzk) * (D + Dm) * (rhom - rm + rk1 - rmk1)
         b = grav * .25 * (zzkm1 + zzk) * (D - Dm) * (rhom + rm - rk1 - rmk1)
@@ -87,12 +87,12 @@ def baropg(grav: float, zz: Tensor, dx: Tensor, dy: Tensor, dt: Tensor, dum: Ten
 
     rows = (2, imm1), (2, jmm1), (1, kbm1)
 
-    def finish(integral: Tensor, d: int, mask: Tensor, face: Tensor, old: Tensor) -> Tensor:
-        full = .25 * (D + shift(D, d, -1))[..., :kbm1] * integral * expand3(mask) \
-            * (face + shift(face, d, -1))
+    def finish(integral: Tensor, back, mask: Tensor, face: Tensor, old: Tensor) -> Tensor:
+        full = .25 * (D + back(D))[..., :kbm1] * integral * expand3(mask) \
+            * (face + back(face))
         full = torch.cat([full, old[..., kbm1:]], dim=Z)
         return inside(full, rest=old, i=rows[0], j=rows[1], k=rows[2])
 
-    drhox_new = finish(integrate(X), X, dum, dy3, drhox)
-    drhoy_new = finish(integrate(Y), Y, dvm, dx3, drhoy)
+    drhox_new = finish(integrate(xm), xm, dum, dy3, drhox)
+    drhoy_new = finish(integrate(ym), ym, dvm, dx3, drhoy)
     return BaropgOut(rho=rhom + rmean, drhox=drhox_new, drhoy=drhoy_new)

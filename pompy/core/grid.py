@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import X, Y, inside, shift
+from pompy.ops import X, Y, inside, xm, ym
 
 # pom2k depth's log spacing: 1, 1, 2, 4, ..., 1024
 KDZ = (1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -63,16 +63,16 @@ def areas_masks(dx: Tensor, dy: Tensor, h: Tensor, art: Tensor, aru: Tensor, arv
     across the u and v faces (0 on the first column and row)."""
     im, jm = h.shape
     art = dx * dy
-    aru = .25 * (dx + shift(dx, X, -1)) * (dy + shift(dy, X, -1))
-    arv = .25 * (dx + shift(dx, Y, -1)) * (dy + shift(dy, Y, -1))
+    aru = .25 * (dx + xm(dx)) * (dy + xm(dy))
+    arv = .25 * (dx + ym(dx)) * (dy + ym(dy))
     # pom2k copies i=2 into i=1 (all j), then j=2 into j=1 (all i)
     aru = torch.cat([aru[1:2], aru[1:]], 0)
     arv = torch.cat([arv[1:2], arv[1:]], 0)
     aru = torch.cat([aru[:, 1:2], aru[:, 1:]], 1)
     arv = torch.cat([arv[:, 1:2], arv[:, 1:]], 1)
     fsm = (h > 1.0).to(h.dtype)
-    dum = inside(fsm * shift(fsm, X, -1), 0.0, i=(2, im), j=(2, jm))
-    dvm = inside(fsm * shift(fsm, Y, -1), 0.0, i=(2, im), j=(2, jm))
+    dum = inside(fsm * xm(fsm), 0.0, i=(2, im), j=(2, jm))
+    dvm = inside(fsm * ym(fsm), 0.0, i=(2, im), j=(2, jm))
     return AreasMasksOut(art, aru, arv, fsm, dum, dvm)
 
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, Z, expand3, inside, levels, shift
+from pompy.ops import expand3, inside, levels, xm, xp, ym, yp, zm, zp
 from pompy.utils.safety import safe_divide
 
 
@@ -48,8 +48,8 @@ def _leapfrog(xflux, yflux, zflux, dz, fb, h, etb, etf, art, dti2):
     """The flux divergence and leapfrog step pom2k's advt1/advt2 share
     (values for every point; the callers keep i=2..imm1, j=2..jmm1, k=1..kbm1)."""
     H, ETB, ETF, ART = (expand3(a) for a in (h, etb, etf, art))
-    ff = (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux
-          + safe_divide(zflux - shift(zflux, Z, 1), levels(dz), layer="advt"))   # dz(kb) = 0
+    ff = (xp(xflux) - xflux + yp(yflux) - yflux
+          + safe_divide(zflux - zp(zflux), levels(dz), layer="advt"))   # dz(kb) = 0
     return safe_divide(fb * (H + ETB) * ART - dti2 * ff, (H + ETF) * ART, layer="advt")
 
 
@@ -69,19 +69,19 @@ def advt1(dti2, tprni, dz, u, v, w, aam, dt, h, etb, etf,
     f = _bottom_copy(f)
     fb = _bottom_copy(fb)
     # advective fluxes
-    xadv = .25 * ((DT + shift(DT, X, -1)) * (f + shift(f, X, -1)) * u)
-    yadv = .25 * ((DT + shift(DT, Y, -1)) * (f + shift(f, Y, -1)) * v)
+    xadv = .25 * ((DT + xm(DT)) * (f + xm(f)) * u)
+    yadv = .25 * ((DT + ym(DT)) * (f + ym(f)) * v)
     # diffusive fluxes, of fb - fclim
     fbc = fb - fclim
-    xdif = (xadv - .5 * (aam + shift(aam, X, -1)) * (H + shift(H, X, -1)) * tprni
-            * (fbc - shift(fbc, X, -1)) * DUM / (DX + shift(DX, X, -1)))
-    ydif = (yadv - .5 * (aam + shift(aam, Y, -1)) * (H + shift(H, Y, -1)) * tprni
-            * (fbc - shift(fbc, Y, -1)) * DVM / (DY + shift(DY, Y, -1)))
-    xflux = inside(.5 * (DY + shift(DY, X, -1)) * xdif, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
-    yflux = inside(.5 * (DX + shift(DX, Y, -1)) * ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    xdif = (xadv - .5 * (aam + xm(aam)) * (H + xm(H)) * tprni
+            * (fbc - xm(fbc)) * DUM / (DX + xm(DX)))
+    ydif = (yadv - .5 * (aam + ym(aam)) * (H + ym(H)) * tprni
+            * (fbc - ym(fbc)) * DVM / (DY + ym(DY)))
+    xflux = inside(.5 * (DY + xm(DY)) * xdif, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    yflux = inside(.5 * (DX + ym(DX)) * ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
     fb = fbc + fclim
     # vertical advection: w(1)*f(1) at the surface, zero at the bottom
-    zint = .5 * (shift(f, Z, -1) + f) * w * ART
+    zint = .5 * (zm(f) + f) * w * ART
     zsurf = f * w * ART
     zcol = inside(inside(zint, rest=zsurf, k=(2, kb)), rest=0., k=(1, kbm1))
     zflux = inside(zcol, rest=zflux, i=(2, imm1), j=(2, jmm1))
@@ -107,9 +107,9 @@ def advt2(dti2, tprni, dz, dzz, u, v, w, aam, dt, h, etb, etf,
     im, jm, kb = f.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
     DT, H, DX, DY, ART, DUM, DVM = (expand3(a) for a in (dt, h, dx, dy, art, dum, dvm))
-    xmassflux = inside(0.25 * (shift(DY, X, -1) + DY) * (shift(DT, X, -1) + DT) * u,
+    xmassflux = inside(0.25 * (xm(DY) + DY) * (xm(DT) + DT) * u,
                        i=(2, im), j=(2, jmm1), k=(1, kbm1))
-    ymassflux = inside(0.25 * (shift(DX, Y, -1) + DX) * (shift(DT, Y, -1) + DT) * v,
+    ymassflux = inside(0.25 * (ym(DX) + DX) * (ym(DT) + DT) * v,
                        i=(2, imm1), j=(2, jm), k=(1, kbm1))
     fb = _bottom_copy(fb)
     eta = etb
@@ -118,15 +118,15 @@ def advt2(dti2, tprni, dz, dzz, u, v, w, aam, dt, h, etb, etf,
     fbmem = fb
     for itera in range(1, nitera + 1):
         # upwind advection
-        xup = 0.5 * ((xmassflux + xmassflux.abs()) * shift(fbmem, X, -1)
+        xup = 0.5 * ((xmassflux + xmassflux.abs()) * xm(fbmem)
                      + (xmassflux - xmassflux.abs()) * fbmem)
-        yup = 0.5 * ((ymassflux + ymassflux.abs()) * shift(fbmem, Y, -1)
+        yup = 0.5 * ((ymassflux + ymassflux.abs()) * ym(fbmem)
                      + (ymassflux - ymassflux.abs()) * fbmem)
         xflux = inside(xup, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
         yflux = inside(yup, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
         zsurf = w * f * ART if itera == 1 else torch.zeros_like(w)
         zint = 0.5 * ((zwflux + zwflux.abs()) * fbmem
-                      + (zwflux - zwflux.abs()) * shift(fbmem, Z, -1))
+                      + (zwflux - zwflux.abs()) * zm(fbmem))
         zcol = inside(inside(zint * ART, rest=zsurf, k=(2, kb)), rest=0., k=(1, kbm1))
         zflux = inside(zcol, rest=zflux, i=(2, imm1), j=(2, jmm1))
         ff = inside(_leapfrog(xflux, yflux, zflux, dz, fbmem, h, eta, etf, art, dti2),
@@ -138,17 +138,17 @@ def advt2(dti2, tprni, dz, dzz, u, v, w, aam, dt, h, etb, etf,
         fbmem = ff
     # horizontal diffusion, of fb - fclim
     fbc = fb - fclim
-    xmassflux = 0.5 * (aam + shift(aam, X, -1))
-    ymassflux = 0.5 * (aam + shift(aam, Y, -1))
-    xdif = (-xmassflux * (H + shift(H, X, -1)) * tprni * (fbc - shift(fbc, X, -1)) * DUM
-            * (DY + shift(DY, X, -1)) * 0.5 / (DX + shift(DX, X, -1)))
-    ydif = (-ymassflux * (H + shift(H, Y, -1)) * tprni * (fbc - shift(fbc, Y, -1)) * DVM
-            * (DX + shift(DX, Y, -1)) * 0.5 / (DY + shift(DY, Y, -1)))
+    xmassflux = 0.5 * (aam + xm(aam))
+    ymassflux = 0.5 * (aam + ym(aam))
+    xdif = (-xmassflux * (H + xm(H)) * tprni * (fbc - xm(fbc)) * DUM
+            * (DY + xm(DY)) * 0.5 / (DX + xm(DX)))
+    ydif = (-ymassflux * (H + ym(H)) * tprni * (fbc - ym(fbc)) * DVM
+            * (DX + ym(DX)) * 0.5 / (DY + ym(DY)))
     xflux = inside(xdif, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
     yflux = inside(ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
     fb = fbc + fclim
     ETF = expand3(etf)
-    fdif = ff - safe_divide(dti2 * (shift(xflux, X, 1) - xflux + shift(yflux, Y, 1) - yflux),
+    fdif = ff - safe_divide(dti2 * (xp(xflux) - xflux + yp(yflux) - yflux),
                             (H + ETF) * ART, layer="advt")
     ff = inside(fdif, rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
     return Advt2Out(fb, ff, xflux, yflux, zflux)
@@ -180,18 +180,18 @@ def smol_adif(dti2, dzz, dt, aru, arv, fsm, xmassflux, ymassflux, zwflux, ff, sw
         anti = torch.where(first < second_order.abs(), zero, anti)
         return torch.where(below, zero, anti)
 
-    ffm_x = shift(ff, X, -1)
-    u2dt = dti2 * xmassflux * xmassflux * 2. / (ARU * (shift(DT, X, -1) + DT))
+    ffm_x = xm(ff)
+    u2dt = dti2 * xmassflux * xmassflux * 2. / (ARU * (xm(DT) + DT))
     xnew = antidiffusion(xmassflux, ffm_x, ff, u2dt)
     xmassflux = inside(xnew, rest=xmassflux, i=(2, im), j=(2, jmm1), k=(1, kbm1))
 
-    ffm_y = shift(ff, Y, -1)
-    v2dt = dti2 * ymassflux * ymassflux * 2. / (ARV * (shift(DT, Y, -1) + DT))
+    ffm_y = ym(ff)
+    v2dt = dti2 * ymassflux * ymassflux * 2. / (ARV * (ym(DT) + DT))
     ynew = antidiffusion(ymassflux, ffm_y, ff, v2dt)
     ymassflux = inside(ynew, rest=ymassflux, i=(2, imm1), j=(2, jm), k=(1, kbm1))
 
     # vertical: mol = (ff(k-1) - ff(k)) / (ff(k) + ff(k-1) + epsilon)
-    w2dt = dti2 * zwflux * zwflux / (levels(shift(dzz, 0, -1)) * DT)
-    znew = antidiffusion(zwflux, ff, shift(ff, Z, -1), w2dt)
+    w2dt = dti2 * zwflux * zwflux / (levels(zm(dzz)) * DT)
+    znew = antidiffusion(zwflux, ff, zm(ff), w2dt)
     zwflux = inside(znew, rest=zwflux, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
     return SmolAdifOut(xmassflux, ymassflux, zwflux, ff)

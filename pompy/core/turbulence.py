@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, Z, inside, levels, over, shift
+from pompy.ops import inside, levels, over, xp, yp, zm, zp
 from pompy.core.vertical import frozen
 from pompy.utils.safety import safe_divide, safe_reciprocal, safe_sqrt
 
@@ -63,23 +63,23 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     dh = h + etf
     d3 = dh.unsqueeze(-1)
     dz3, dzz3 = levels(dz), levels(dzz)
-    dzzm = shift(dzz3, Z, -1)                      # dzz(k-1)
-    a = inside(safe_divide(-dti2 * (shift(kq, Z, 1) + kq + 2.0 * umol) * .5,
+    dzzm = zm(dzz3)                      # dzz(k-1)
+    a = inside(safe_divide(-dti2 * (zp(kq) + kq + 2.0 * umol) * .5,
                            dzzm * dz3 * d3 * d3, layer="profq"), a, **inner)   # dz(kb) = 0
-    c = inside(safe_divide(-dti2 * (shift(kq, Z, -1) + kq + 2.0 * umol) * .5,
-                           dzzm * shift(dz3, Z, -1) * d3 * d3, layer="profq"), c, **inner)
+    c = inside(safe_divide(-dti2 * (zm(kq) + kq + 2.0 * umol) * .5,
+                           dzzm * zm(dz3) * d3 * d3, layer="profq"), c, **inner)
 
     # surface: wave-breaking energy (Craig & Banner 1994 variant) and length
     # scale (Stacey 1999), i = 1..imm1, j = 1..jmm1; zero on i = im, j = jm
     const1 = (16.6 ** (2.0 / 3.0)) * sef
     ij = dict(i=(1, imm1), j=(1, jmm1))
-    utau2 = safe_sqrt((.5 * (wusurf + shift(wusurf, X, 1))) ** 2
-                      + (.5 * (wvsurf + shift(wvsurf, Y, 1))) ** 2, layer="profq")
+    utau2 = safe_sqrt((.5 * (wusurf + xp(wusurf))) ** 2
+                      + (.5 * (wvsurf + yp(wvsurf))) ** 2, layer="profq")
     ee1 = torch.zeros_like(dh)
     gg1 = inside((15.8 * cbcnst) ** (2.0 / 3.0) * utau2, 0.0, **ij)
     l0 = inside(surfl * utau2 / grav, 0.0, **ij)
-    ufkb = inside(safe_sqrt((.5 * (wubot + shift(wubot, X, 1))) ** 2
-                            + (.5 * (wvbot + shift(wvbot, Y, 1))) ** 2, layer="profq") * const1,
+    ufkb = inside(safe_sqrt((.5 * (wubot + xp(wubot))) ** 2
+                            + (.5 * (wvbot + yp(wvbot))) ** 2, layer="profq") * const1,
                   uf[:, :, kb - 1], **ij)
 
     # speed of sound cc (in dtef) at k = 1..kbm1; pressure p in decibars
@@ -94,8 +94,8 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     q2b = inside(torch.abs(q2b), q2b, **inner)
     q2lb = inside(torch.abs(q2lb), q2lb, **inner)
     h3 = h.unsqueeze(-1)
-    boygr = (grav * (shift(rho, Z, -1) - rho) / (dzzm * h3)
-             + over((grav ** 2) * 2.0, shift(cc, Z, -1) ** 2 + cc ** 2))
+    boygr = (grav * (zm(rho) - rho) / (dzzm * h3)
+             + over((grav ** 2) * 2.0, zm(cc) ** 2 + cc ** 2))
 
     kl0 = (kappa * l0).unsqueeze(-1)
     lk = torch.abs(q2lb / q2b)
@@ -105,9 +105,9 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     gh = inside(gh, 0.0, **inner)
 
     # production of turbulent kinetic energy, i = 2..imm1, j = 2..jmm1
-    um, vm = shift(u, Z, -1), shift(v, Z, -1)     # u(k-1), v(k-1)
-    shear = ((u - um + shift(u, X, 1) - shift(um, X, 1)) ** 2
-             + (v - vm + shift(v, Y, 1) - shift(vm, Y, 1)) ** 2)
+    um, vm = zm(u), zm(v)     # u(k-1), v(k-1)
+    shear = ((u - um + xp(u) - xp(um)) ** 2
+             + (v - vm + yp(v) - yp(vm)) ** 2)
     prod = (km * .25 * sef * shear / (dzzm * d3) ** 2 - shiw * km * boygr)
     prod = prod + kh * boygr
     prod = inside(prod, 0.0, i=(2, imm1), j=(2, jmm1), **inner)

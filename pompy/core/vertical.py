@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from pompy.ops import X, Y, inside, shift
+from pompy.ops import X, Y, inside, xm, xp, ym, yp
 from pompy.utils.safety import safe_divide, safe_sqrt
 
 # irradiance after Paulson and Simpson; Jerlov types i, ia, ib, ii, iii
@@ -153,10 +153,11 @@ def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
     stencil; returns (a, c, ee, gg, tps, vel, wbot) as pom2k leaves them."""
     im, jm, kb = vel.shape
     kbm1, kbm2 = kb - 1, kb - 2
+    back = xm if dim == X else ym                  # a(i-1) for profu, a(j-1) for profv
     # dh at the velocity point, i = 2..im, j = 2..jm; 1 elsewhere
-    dh = inside((h + etf + shift(h, dim, -1) + shift(etf, dim, -1)) * .5, 1.0,
+    dh = inside((h + etf + back(h) + back(etf)) * .5, 1.0,
                 i=(2, im), j=(2, jm))
-    c = inside((km + shift(km, dim, -1)) * .5, c, i=(2, im), j=(2, jm))
+    c = inside((km + back(km)) * .5, c, i=(2, im), j=(2, jm))
     layer = "profu" if dim == X else "profv"
     a, c = _coefficients(c, umol, dti2, dz, dzz, dh, a, c, layer)
     a1 = a[:, :, 0]
@@ -166,7 +167,7 @@ def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
 
     # quadratic bottom drag; i = 2..imm1, j = 2..jmm1 from here on
     ij = dict(i=(2, im - 1), j=(2, jm - 1))
-    tps = inside(0.5 * (cbc + shift(cbc, dim, -1)) * speed, tps, **ij)
+    tps = inside(0.5 * (cbc + back(cbc)) * speed, tps, **ij)
     ck = c[:, :, kbm1 - 1]
     bottom = ((ck * ggl[-1] - vel[:, :, kbm1 - 1])
               / (safe_divide(tps * dti2, -dz[kbm1 - 1] * dh, layer=layer) - 1.0
@@ -191,8 +192,8 @@ def profu(dti2, umol, dz, dzz, h, etf, km, cbc, dum, wusurf, ub, vb, a, c, ee, g
     """
     kbm1 = uf.size(2) - 1
     u, v = ub[:, :, kbm1 - 1], vb[:, :, kbm1 - 1]
-    vi = shift(v, X, -1)
-    speed = safe_sqrt(u ** 2 + (.25 * (v + shift(v, Y, 1) + vi + shift(vi, Y, 1))) ** 2,
+    vi = xm(v)
+    speed = safe_sqrt(u ** 2 + (.25 * (v + yp(v) + vi + yp(vi))) ** 2,
                       layer="bottom_drag")
     return ProfuOut(*_profuv(X, dti2, umol, dz, dzz, h, etf, km, cbc, dum, wusurf, speed,
                              a, c, ee, gg, tps, uf, wubot))
@@ -208,8 +209,8 @@ def profv(dti2, umol, dz, dzz, h, etf, km, cbc, dvm, wvsurf, ub, vb, a, c, ee, g
     """
     kbm1 = vf.size(2) - 1
     u, v = ub[:, :, kbm1 - 1], vb[:, :, kbm1 - 1]
-    uj = shift(u, Y, -1)
-    speed = safe_sqrt((.25 * (u + shift(u, X, 1) + uj + shift(uj, X, 1))) ** 2 + v ** 2,
+    uj = ym(u)
+    speed = safe_sqrt((.25 * (u + xp(u) + uj + xp(uj))) ** 2 + v ** 2,
                       layer="bottom_drag")
     return ProfvOut(*_profuv(Y, dti2, umol, dz, dzz, h, etf, km, cbc, dvm, wvsurf, speed,
                              a, c, ee, gg, tps, vf, wvbot))

@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from pompy.ops import X, Y, expand3, inside, shift
+from pompy.ops import expand3, inside, xm, xp, ym, yp
 from pompy.utils.safety import safe_sqrt
 
 
@@ -19,9 +19,9 @@ def smagorinsky(horcon, dx, dy, u, v, aam) -> SmagorinskyOut:
     written at i=2..imm1, j=2..jmm1, k=1..kbm1; aam is kept elsewhere."""
     im, jm, kb = u.shape
     dx3, dy3 = expand3(dx), expand3(dy)
-    up, vp = shift(u, X, 1), shift(v, Y, 1)
-    uy = .25 * (shift(u, Y, 1) + shift(up, Y, 1) - shift(u, Y, -1) - shift(up, Y, -1)) / dy3
-    vx = .25 * (shift(v, X, 1) + shift(vp, X, 1) - shift(v, X, -1) - shift(vp, X, -1)) / dx3
+    up, vp = xp(u), yp(v)
+    uy = .25 * (yp(u) + yp(up) - ym(u) - ym(up)) / dy3
+    vx = .25 * (xp(v) + xp(vp) - xm(v) - xm(vp)) / dx3
     # the deformation is exactly zero in a uniform flow (the seamount's start)
     new = horcon * dx3 * dy3 * safe_sqrt(((up - u) / dx3) ** 2 + ((vp - v) / dy3) ** 2
                                          + .5 * (uy + vx) ** 2, layer="smagorinsky")
