@@ -87,9 +87,15 @@ def setup(args: argparse.Namespace) -> int:
             if subprocess.run(command, env=env).returncode != 0:
                 print(f"pompy setup: {' '.join(command)} failed", file=sys.stderr)
                 return 1
-    from pompy.oracle import build
+    from pompy.oracle.build import OracleBuildError, build
 
-    build.build(verbose=True)
+    try:
+        path = build(verbose=True)
+    except OracleBuildError as exc:
+        print(f"pompy setup: {exc}", file=sys.stderr)
+        return 1
+    print(f"pompy setup: the Fortran oracle is built in {path.parent} "
+          "($POMPY_HOME/oracle/<hash>; POMPY_HOME defaults to ~/.cache/pompy)")
     return 0
 
 

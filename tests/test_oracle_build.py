@@ -1,12 +1,19 @@
 """The oracle build: cached by source hash, rebuilt on change, clear errors;
 and the adapter that maps state dicts onto oracle calls."""
+import ast
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pompy.oracle import build as oracle_build
 from pompy.calls import parse_call
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -15,8 +22,29 @@ def sandbox(tmp_path, monkeypatch):
     src = tmp_path / "reference_fortran"
     shutil.copytree(oracle_build.SOURCE_DIR, src)
     monkeypatch.setattr(oracle_build, "SOURCE_DIR", src)
-    monkeypatch.setattr(oracle_build, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setenv("POMPY_HOME", str(tmp_path / "home"))
     return src
+
+
+def test_sources_come_from_the_checkout():
+    assert oracle_build.SOURCE_DIR == REPO / "reference_fortran"
+    assert [f.name for f in oracle_build.sources()] == sorted(
+        f.name for f in (REPO / "reference_fortran").glob("*.f90"))
+
+
+def test_cache_is_under_pompy_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("POMPY_HOME", str(tmp_path / "home"))
+    assert oracle_build.build_dir() == tmp_path / "home" / "oracle" / oracle_build.source_hash()
+    monkeypatch.delenv("POMPY_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert oracle_build.cache_dir() == tmp_path / "user" / ".cache" / "pompy" / "oracle"
+
+
+def test_build_module_is_a_leaf():
+    tree = ast.parse(Path(oracle_build.__file__).read_text())
+    imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    imported += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not [m for m in imported if m == "pompy" or m.startswith("pompy.")]
 
 
 def test_hash_follows_every_source(sandbox):
@@ -37,6 +65,40 @@ def test_changed_source_is_rebuilt_and_cached(sandbox):
     assert second != first and second.exists()
     assert not first.exists(), "stale builds are removed"
     assert oracle_build.build() == second and second.stat().st_mtime_ns >= stamp
+
+
+TINY_SOURCE = """
+subroutine twice(x, y)
+  real*8, intent(in) :: x
+  real*8, intent(out) :: y
+  y = 2*x
+end subroutine twice
+"""
+
+
+def test_concurrent_builds_share_one_cache(tmp_path, monkeypatch):
+    """Two processes building the same oracle at once (as under torchrun):
+    both get a complete build at the same path, and nothing half-built or
+    temporary is left. A one-routine source keeps the builds short."""
+    src = tmp_path / "tiny"
+    src.mkdir()
+    (src / "tiny.f90").write_text(TINY_SOURCE)
+    monkeypatch.setattr(oracle_build, "SOURCE_DIR", src)
+    monkeypatch.setenv("POMPY_HOME", str(tmp_path / "home"))
+    code = ("import sys; from pathlib import Path; import pompy.oracle.build as b; "
+            "b.SOURCE_DIR = Path(sys.argv[1]); m = b.load(); print(b.build(), m.twice(2.0))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(src)], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
+    outs = {out.strip() for out, _ in results}
+    assert len(outs) == 1
+    path, value = outs.pop().split()
+    assert float(value) == 4.0
+    assert Path(path).parent == oracle_build.build_dir() and Path(path).exists()
+    assert [d.name for d in oracle_build.cache_dir().iterdir()] == [oracle_build.source_hash()]
+    assert oracle_build.build() == Path(path)          # cached: no third build
 
 
 def test_missing_compiler_says_what_to_install(sandbox, monkeypatch):

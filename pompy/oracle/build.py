@@ -1,9 +1,17 @@
 """Build the Fortran oracle with numpy.f2py (meson backend), cached by source hash.
 
-The extension is built into ``<repo>/.pompy_build/<hash>/`` where the hash
-covers every ``reference_fortran/*.f90`` file, the compiler flags, and the
-numpy and Python versions; a changed source gives a new hash and a rebuild.
+The Fortran sources are ``reference_fortran/*.f90`` of the checkout when pompy
+runs from one (the repository, an editable install), else the copy a wheel
+ships as package data (``pompy/_fortran/``). The extension is built into
+``$POMPY_HOME/oracle/<hash>/`` (POMPY_HOME defaults to ``~/.cache/pompy``),
+where the hash covers every source file, the compiler flags, and the numpy and
+Python versions; a changed source gives a new hash and a rebuild, and only the
+current build is kept. A build happens in a temporary folder of its own and is
+renamed into place when finished, so processes building at once (torchrun)
+never see a half-built oracle: the first rename wins and the others use it.
 ``python -m pompy.oracle build`` builds on demand; ``load()`` builds if needed.
+
+A leaf module: it imports nothing from pompy.
 """
 from __future__ import annotations
 
@@ -14,14 +22,29 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
 MODULE = "_pom2k_oracle"
-REPO = Path(__file__).resolve().parents[2]
-SOURCE_DIR = REPO / "reference_fortran"
-CACHE_DIR = REPO / ".pompy_build"
+PACKAGE = Path(__file__).resolve().parents[1]      # the installed or checked-out pompy/
+CHECKOUT_SOURCES = PACKAGE.parent / "reference_fortran"
+PACKAGED_SOURCES = PACKAGE / "_fortran"            # reference_fortran/ as shipped in a wheel
+
+
+def _source_dir() -> Path:
+    """The checkout's reference_fortran/ when running from one, else the package data."""
+    if any(CHECKOUT_SOURCES.glob("*.f90")):
+        return CHECKOUT_SOURCES
+    return PACKAGED_SOURCES
+
+
+SOURCE_DIR = _source_dir()
+DEFAULT_HOME = "~/.cache/pompy"
+TMP_SUFFIX = ".tmp"          # builds in progress (or failed, with their build.log)
+TMP_MAX_AGE_S = 24 * 3600    # older temporary folders are left-overs and removed
 
 # -O3 as the golden pom2k build: gfortran then vectorises the grid and
 # initial-condition loops with glibc's vector sin/exp (libmvec), whose last
@@ -61,14 +84,67 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
+def pompy_home() -> Path:
+    """$POMPY_HOME, default ~/.cache/pompy (read at each call)."""
+    return Path(os.environ.get("POMPY_HOME") or DEFAULT_HOME).expanduser().absolute()
+
+
+def cache_dir() -> Path:
+    """Where oracle builds live: $POMPY_HOME/oracle."""
+    return pompy_home() / "oracle"
+
+
 def build_dir() -> Path:
-    return CACHE_DIR / source_hash()
+    return cache_dir() / source_hash()
 
 
 def _extension_path(directory: Path) -> Path | None:
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     path = directory / (MODULE + suffix)
     return path if path.exists() else None
+
+
+def _discard(path: Path) -> None:
+    """Remove a folder by first renaming it out of the way (atomic), then deleting it."""
+    trash = Path(tempfile.mkdtemp(prefix=f"{path.name}.old.", suffix=TMP_SUFFIX, dir=path.parent))
+    try:
+        path.rename(trash / path.name)
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _install(work: Path, target: Path, replace: bool) -> None:
+    """Rename the finished build WORK to TARGET. If another process installed
+    a complete build there meanwhile, keep that one (unless REPLACE)."""
+    for attempt in range(2):
+        if replace or (target.exists() and _extension_path(target) is None):
+            _discard(target)
+            replace = False
+        try:
+            work.rename(target)
+            return
+        except OSError:
+            if _extension_path(target) is not None:     # another process won the race
+                shutil.rmtree(work, ignore_errors=True)
+                return
+            if attempt:
+                raise
+
+
+def _remove_stale(cache: Path, keep: Path) -> None:
+    """Keep only the current build; leave other processes' builds in progress."""
+    now = time.time()
+    for entry in cache.iterdir():
+        if entry == keep or not entry.is_dir():
+            continue
+        if entry.name.endswith(TMP_SUFFIX):
+            try:
+                if now - entry.stat().st_mtime < TMP_MAX_AGE_S:
+                    continue
+            except OSError:
+                continue
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def build(verbose: bool = False, force: bool = False) -> Path:
@@ -82,13 +158,19 @@ def build(verbose: bool = False, force: bool = False) -> Path:
     compiler = os.environ.get("FC", "gfortran")
     if shutil.which(compiler) is None:
         raise OracleBuildError(GFORTRAN_HINT)
-    work = target.with_name(target.name + ".tmp")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    cache = target.parent
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{target.name}.", suffix=TMP_SUFFIX, dir=cache))
+    except OSError as exc:
+        raise OracleBuildError(
+            f"cannot write the oracle build cache {cache} ({exc}); "
+            "set POMPY_HOME to a writable folder") from exc
+    work.chmod(0o755)
     env = dict(os.environ, FFLAGS=" ".join(FFLAGS), FC=compiler)
     cmd = [sys.executable, "-m", "numpy.f2py", "-c", "--backend", "meson",
            "-m", MODULE, "--build-dir", str(work / "meson"),
-           *[str(f) for f in sources()]]
+           *[str(f.absolute()) for f in sources()]]
     if verbose:
         print("building oracle:", " ".join(cmd))
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
@@ -99,11 +181,8 @@ def build(verbose: bool = False, force: bool = False) -> Path:
             f"f2py build of the oracle failed (exit {proc.returncode}); "
             f"full log in {log}\n" + (proc.stdout + proc.stderr)[-3000:])
     shutil.rmtree(work / "meson", ignore_errors=True)
-    shutil.rmtree(target, ignore_errors=True)
-    work.rename(target)
-    for stale in CACHE_DIR.iterdir():  # keep only the current build
-        if stale != target and not stale.name.endswith(".tmp"):
-            shutil.rmtree(stale, ignore_errors=True)
+    _install(work, target, replace=force)
+    _remove_stale(cache, keep=target)
     path = _extension_path(target)
     if verbose:
         print(f"oracle built: {path}")
