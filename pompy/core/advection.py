@@ -8,11 +8,10 @@ values come back there. Arithmetic keeps pom2k's grouping.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.ops import Z, expand3, inside, levels, xm, xp, ym, yp, zm, zp
 from pompy.utils.safety import safe_divide, safe_sqrt
 
@@ -22,42 +21,12 @@ def _sum4(a):
     return a + xm(a) + ym(a) + xm(ym(a))
 
 
-class AdvctOut(NamedTuple):
-    advx: Tensor
-    advy: Tensor
-    xflux: Tensor
-    yflux: Tensor
-    curv: Tensor
-
-
-class AdvaveOut(NamedTuple):
-    advua: Tensor
-    advva: Tensor
-    fluxua: Tensor
-    fluxva: Tensor
-    wubot: Tensor
-    wvbot: Tensor
-    curv2d: Tensor
-
-
-class AdvuOut(NamedTuple):
-    uf: Tensor
-
-
-class AdvvOut(NamedTuple):
-    vf: Tensor
-
-
-class AdvqOut(NamedTuple):
-    qf: Tensor
-    xflux: Tensor
-    yflux: Tensor
-
-
-class VertvlOut(NamedTuple):
-    w: Tensor
-    xflux: Tensor
-    yflux: Tensor
+AdvctOut = outputs("AdvctOut", "advx advy xflux yflux curv")
+AdvaveOut = outputs("AdvaveOut", "advua advva fluxua fluxva wubot wvbot curv2d")
+AdvuOut = outputs("AdvuOut", "uf")
+AdvvOut = outputs("AdvvOut", "vf")
+AdvqOut = outputs("AdvqOut", "qf xflux yflux")
+VertvlOut = outputs("VertvlOut", "w xflux yflux")
 
 
 def advct(u: Tensor, v: Tensor, ub: Tensor, vb: Tensor, dt: Tensor, aam: Tensor,

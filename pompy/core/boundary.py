@@ -6,22 +6,15 @@ and the upstream switches become ``torch.where``; no input is written.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.ops import X, Y, expand3, inside, over, ym, yp, zm, zp
 from pompy.utils.safety import safe_sqrt
 
 
-class BcondOut(NamedTuple):
-    elf: Tensor
-    uaf: Tensor
-    vaf: Tensor
-    uf: Tensor
-    vf: Tensor
-    w: Tensor
+BcondOut = outputs("BcondOut", "elf uaf vaf uf vf w")
 
 
 def _edges(a: Tensor, dim: int, first: Tensor, last: Tensor) -> Tensor:

@@ -6,23 +6,16 @@ returns its in/output arguments as new tensors in a NamedTuple.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.compat import abs_pow15
 from pompy.ops import Z, expand3, inside, levels, xm, ym, zm
 
 
-class DensOut(NamedTuple):
-    rhoo: Tensor
-
-
-class BaropgOut(NamedTuple):
-    rho: Tensor
-    drhox: Tensor
-    drhoy: Tensor
+DensOut = outputs("DensOut", "rhoo")
+BaropgOut = outputs("BaropgOut", "rho drhox drhoy")
 
 
 def dens(grav: float, rhoref: float, tbias: float, sbias: float, zz: Tensor,

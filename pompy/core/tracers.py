@@ -6,37 +6,17 @@ untouched keep the input values.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.ops import expand3, inside, levels, xm, xp, ym, yp, zm, zp
 from pompy.utils.safety import safe_divide
 
 
-class Advt1Out(NamedTuple):
-    fb: Tensor
-    f: Tensor
-    ff: Tensor
-    xflux: Tensor
-    yflux: Tensor
-    zflux: Tensor
-
-
-class Advt2Out(NamedTuple):
-    fb: Tensor
-    ff: Tensor
-    xflux: Tensor
-    yflux: Tensor
-    zflux: Tensor
-
-
-class SmolAdifOut(NamedTuple):
-    xmassflux: Tensor
-    ymassflux: Tensor
-    zwflux: Tensor
-    ff: Tensor
+Advt1Out = outputs("Advt1Out", "fb f ff xflux yflux zflux")
+Advt2Out = outputs("Advt2Out", "fb ff xflux yflux zflux")
+SmolAdifOut = outputs("SmolAdifOut", "xmassflux ymassflux zwflux ff")
 
 
 def _bottom_copy(a: Tensor) -> Tensor:

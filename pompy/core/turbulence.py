@@ -6,31 +6,17 @@ Tensors are (i, j, k), indexed like the Fortran.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.ops import inside, levels, over, xp, yp, zm, zp
 from pompy.core.vertical import frozen
 from pompy.utils.safety import safe_divide, safe_reciprocal, safe_sqrt
 
 
-class ProfqOut(NamedTuple):
-    q2b: Tensor
-    q2lb: Tensor
-    l: Tensor  # noqa: E741 (pom2k's name)
-    km: Tensor
-    kh: Tensor
-    kq: Tensor
-    ee: Tensor
-    gg: Tensor
-    uf: Tensor
-    vf: Tensor
-    a: Tensor
-    c: Tensor
-    dh: Tensor
-    dtef: Tensor
+# l: pom2k's name (the turbulence length scale)
+ProfqOut = outputs("ProfqOut", "q2b q2lb l km kh kq ee gg uf vf a c dh dtef")
 
 
 def _edges_as_interior(k: Tensor, fsm: Tensor) -> Tensor:

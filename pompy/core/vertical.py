@@ -7,11 +7,10 @@ vectorised over (i, j). Tensors are (i, j, k), indexed like the Fortran.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
+from pompy.calls import outputs
 from pompy.ops import X, Y, inside, xm, xp, ym, yp
 from pompy.utils.safety import safe_divide, safe_sqrt
 
@@ -21,33 +20,9 @@ _AD1 = (.35, .60, 1.0, 1.5, 1.4)
 _AD2 = (23., 20., 17., 14., 7.9)
 
 
-class ProftOut(NamedTuple):
-    a: Tensor
-    c: Tensor
-    ee: Tensor
-    gg: Tensor
-    f: Tensor
-    dh: Tensor
-
-
-class ProfuOut(NamedTuple):
-    a: Tensor
-    c: Tensor
-    ee: Tensor
-    gg: Tensor
-    tps: Tensor
-    uf: Tensor
-    wubot: Tensor
-
-
-class ProfvOut(NamedTuple):
-    a: Tensor
-    c: Tensor
-    ee: Tensor
-    gg: Tensor
-    tps: Tensor
-    vf: Tensor
-    wvbot: Tensor
+ProftOut = outputs("ProftOut", "a c ee gg f dh")
+ProfuOut = outputs("ProfuOut", "a c ee gg tps uf wubot")
+ProfvOut = outputs("ProfvOut", "a c ee gg tps vf wvbot")
 
 
 def _levels_then(new: list[Tensor], old: Tensor, first: int = 0) -> Tensor:

@@ -1,16 +1,12 @@
 """Horizontal viscosity: pom2k's Smagorinsky formula (in pom2k's main loop)."""
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from torch import Tensor
-
+from pompy.calls import outputs
 from pompy.ops import expand3, inside, xm, xp, ym, yp
 from pompy.utils.safety import safe_sqrt
 
 
-class SmagorinskyOut(NamedTuple):
-    aam: Tensor
+SmagorinskyOut = outputs("SmagorinskyOut", "aam")
 
 
 def smagorinsky(horcon, dx, dy, u, v, aam) -> SmagorinskyOut:
