@@ -1,13 +1,18 @@
-"""pom2k call strings, shared by the oracle adapter and the torch core.
+"""pom2k call strings: the one binder, for the torch cores, the oracle
+adapter and the tests.
 
 A call is written as pom2k's main program writes it, e.g.
 ``advq(q2b,q2,uf,a,c)``: the actual arguments bind to the routine's pom2k
 dummy arguments (``qb,q,qf,xflux,yflux``); every other argument of the
-routine is a pom2k common-block name, looked up by that name.
+routine is a pom2k common-block name, looked up by that name in the state,
+then in the parameters. A leaf module: the routines to run are given.
 """
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import NamedTuple
 
 from torch import Tensor
@@ -47,8 +52,10 @@ def parse_call(call: str) -> tuple[str, list[str]]:
     return name, [a.strip() for a in actuals.split(",")] if actuals else []
 
 
+@lru_cache(maxsize=None)
 def bind(call: str) -> tuple[str, dict[str, str]]:
-    """Routine name and {dummy argument: actual name or literal}."""
+    """Routine name and {dummy argument: actual name or literal} (cached:
+    do not modify the dict)."""
     name, actuals = parse_call(POM2K_CALLS.get(call.strip(), call))
     dummies = POM2K_DUMMIES.get(name, ())
     if actuals and len(actuals) != len(dummies):
@@ -84,3 +91,33 @@ def outputs(typename: str, fields: str) -> type:
     """The NamedTuple a routine returns: its in/output arguments (space
     separated, in the oracle's argument order), each a Tensor."""
     return NamedTuple(typename, [(name, Tensor) for name in fields.split()])
+
+
+@lru_cache(maxsize=None)
+def _parameters(fn: Callable) -> tuple[str, ...]:
+    # the routine's own signature, through torch.compile and checkpoint wrappers
+    return tuple(inspect.signature(inspect.unwrap(fn)).parameters)
+
+
+def invoke(fn: Callable, call: str, s: Mapping, p: Mapping) -> tuple[NamedTuple, dict[str, str]]:
+    """Run the torch routine ``fn`` as pom2k's ``call`` (each argument bound
+    to its actual in ``s``, else ``p``, else the literal); its NamedTuple
+    result and the binding."""
+    name, binding = bind(call)
+    out = fn(**{arg: argument(name, arg, binding.get(arg, arg), s, p) for arg in _parameters(fn)})
+    return out, binding
+
+
+def call(text: str, s: Mapping, p: Mapping, routines: Mapping[str, Callable]) -> dict:
+    """Run one routine of ``routines`` (name -> function) as pom2k's main
+    program calls it, e.g. ``call("advq(q2b,q2,uf,a,c)", s, p, routines)``;
+    the result maps the actual names to what the routine wrote."""
+    out, binding = invoke(routines[bind(text)[0]], text, s, p)
+    return {binding.get(f, f): v for f, v in zip(out._fields, out)}
+
+
+def apply(s: dict, p: Mapping, *calls: str, routines: Mapping[str, Callable]) -> None:
+    """Apply pom2k calls in order to the local state dict ``s`` (rebinding
+    names, never writing a tensor in place)."""
+    for text in calls:
+        s.update(call(text, s, p, routines))

@@ -10,7 +10,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from pompy.config import DERIVED, Config, ConfigError, load_config
+from pompy.config import DERIVED, Config, load_config
+from pompy.errors import ConfigError, ModelStop
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
 
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--steps", type=positive_int, help="internal steps to run (default: the config's iend)")
     run_cmd.add_argument("--restart", type=Path, metavar="FILE",
                          help="continue from a restart file written by an earlier run")
-    run_cmd.set_defaults(handler=run)
+    run_cmd.set_defaults(handler=run_command)
 
     compare_cmd = commands.add_parser("compare", help="differences between two NetCDF outputs, field by field and time by time")
     compare_cmd.add_argument("a", type=Path, metavar="A.nc")
@@ -102,10 +103,10 @@ def setup(args: argparse.Namespace) -> int:
 CORES = ("explicit", "oracle")
 
 
-def run(args: argparse.Namespace) -> int:
-    from pompy.run import ModelStop, run_case
+def run_command(args: argparse.Namespace) -> int:
+    from pompy.driver import run_case
 
-    config = load_config(args.config, args.set, check_cfl=not args.no_cfl_check)
+    config = load_config(args.config, args.set)
     output = args.output or Path("output") / args.config.stem
     restart = args.restart
     if restart is None and config.nread == 1:
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         run_case(config, output, core=args.core, steps=args.steps, restart=restart,
-                 device=args.device, dtype=args.dtype)
+                 device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3

@@ -31,6 +31,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pompy.oracle.build import load
+from pompy.utils.safety import safe_abs_pow, safe_log
+
 _FORTRAN_MATH: ContextVar[bool] = ContextVar("pompy_fortran_math", default=False)
 
 
@@ -54,12 +57,10 @@ def _pom2k(name: str, values: tuple[Tensor, ...], inputs: tuple[Tensor, ...] = (
         if t.dtype != torch.float64 or t.device.type != "cpu" or t.requires_grad:
             raise RuntimeError("fortran_math() needs float64 CPU tensors without gradients "
                                f"(got {t.dtype} on {t.device}, requires_grad={t.requires_grad})")
-    from pompy.oracle.run import oracle
-
     in_names, out_names = _ARGS[name]
     arrays = {n: np.asfortranarray(t.numpy()) for n, t in zip(in_names, inputs)}
     results = {n: np.array(t.numpy(), order="F") for n, t in zip(out_names, values)}  # copies
-    getattr(oracle().module, name)(**arrays, **results, **scalars)
+    getattr(load(), name)(**arrays, **results, **scalars)
     return tuple(torch.from_numpy(np.ascontiguousarray(results[n])) for n in out_names)
 
 
@@ -71,8 +72,6 @@ _ARGS = {"abs_pow15": (("sr",), ("pw",)), "seamount_sin": ((), ("si", "sj")),
 
 def abs_pow15(sr: Tensor) -> Tensor:
     """|sr|**1.5 (dens; pom2k's for k = 1..kbm1 inside fortran_math)."""
-    from pompy.utils.safety import safe_abs_pow
-
     return _pom2k("abs_pow15", (safe_abs_pow(sr, 1.5, layer="dens"),), (sr,))[0]
 
 
@@ -103,7 +102,5 @@ def seamount_texp(zz: Tensor, h: Tensor) -> Tensor:
 
 def cbc_log(zz: Tensor, h: Tensor, z0b: float) -> Tensor:
     """log((1+zz(kbm1))*h/z0b) (the bottom friction coefficient)."""
-    from pompy.utils.safety import safe_log
-
     value = safe_log((1.0 + zz[-2]) * h / z0b, layer="bottom_drag")
     return _pom2k("cbc_log", (value,), (zz, h), z0b=z0b)[0]

@@ -2,7 +2,8 @@
 
 Configs are Fortran namelists (any group name, e.g. ``&pom2k``). A ``Config`` is checked
 when it is made: a wrong type or an impossible value raises ``ConfigError`` naming the
-parameter, the value and what is allowed. ``load_config`` also checks the external CFL limit.
+parameter, the value and what is allowed. The external CFL limit needs the grid, so it is
+checked on the set-up (pompy.core.setup.check_external_cfl), not here.
 """
 
 from __future__ import annotations
@@ -19,11 +20,7 @@ from typing import Any
 import f90nml
 import numpy as np
 
-from pompy import grids
-
-
-class ConfigError(ValueError):
-    """A config parameter that is unknown, of the wrong type or out of range."""
+from pompy.errors import ConfigError
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -273,30 +270,6 @@ def validate(config: Config) -> None:
             raise ConfigError(f"{name}={value!r} is out of range: must be {what}")
 
 
-def check_external_cfl(config: Config, grid: Mapping[str, np.ndarray] | None = None) -> None:
-    """Reject a dte at or above pom2k's external CFL limit, the smallest tps over wet points.
-
-    ``grid`` holds dx, dy, h, fsm and tps; by default the config's own set-up
-    (pompy.grids.setup_grid: seamount, box, or the IC file ``icfile``).
-    """
-    if grid is None:
-        try:
-            grid = grids.setup_grid(config)
-        except ValueError as err:
-            if config.iproblem != 3:
-                raise
-            raise ConfigError(f"icfile={config.icfile!r}: {err}") from err
-    tps = np.where(grid["fsm"] > 0, grid["tps"], np.inf)
-    i, j = np.unravel_index(np.argmin(tps), tps.shape)
-    limit = tps[i, j]
-    if config.dte >= limit:
-        raise ConfigError(
-            f"dte={config.dte!r} breaks the external CFL limit: dte must be < {limit:.6g} s, the smallest "
-            f"tps = 0.5/sqrt(1/dx**2+1/dy**2)/sqrt(grav*(h+small)) over wet points, at (i={i + 1}, j={j + 1}) "
-            f"where dx={grid['dx'][i, j]:.6g} m, dy={grid['dy'][i, j]:.6g} m, h={grid['h'][i, j]:.6g} m"
-        )
-
-
 def read_namelist(path: str | Path) -> dict[str, Any]:
     """All parameters of a namelist file, every group merged; a name set twice is an error."""
     try:
@@ -332,12 +305,8 @@ def parse_overrides(overrides: Mapping[str, Any] | Iterable[str] | None) -> dict
     return values
 
 
-def load_config(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None,
-                check_cfl: bool = True) -> Config:
-    """The Config of a namelist file with overrides applied, checked (the
-    external CFL limit too, unless ``check_cfl`` is False)."""
+def load_config(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> Config:
+    """The Config of a namelist file with overrides applied, checked
+    parameter by parameter (the CFL limit is checked on the set-up)."""
     values = read_namelist(path) | parse_overrides(overrides)
-    config = Config.from_dict(values)
-    if check_cfl:
-        check_external_cfl(config)
-    return config
+    return Config.from_dict(values)

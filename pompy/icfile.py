@@ -115,48 +115,16 @@ import netCDF4
 import numpy as np
 
 from pompy.io import _cf_dims, _from_cf, _to_cf
-from pompy.variables import VARIABLES
+from pompy.variables import VARIABLES, names
 
 if TYPE_CHECKING:
     from pompy.config import Config
 
-# name -> (units, long name); the dimensions are pom2k's, from pompy.variables
-REQUIRED = {
-    "dx": ("m", "grid spacing along i"),
-    "dy": ("m", "grid spacing along j"),
-    "h": ("m", "bottom depth (h <= 1 m: land)"),
-    "cor": ("s-1", "Coriolis parameter"),
-    "t": ("degC", "initial potential temperature"),
-    "s": ("1e-3", "initial salinity"),
-}
-OPTIONAL = {
-    "tclim": ("degC", "climatological temperature"),
-    "sclim": ("1e-3", "climatological salinity"),
-    "rmean": ("1", "horizontally averaged density anomaly (rho-1000)/rhoref"),
-    "u": ("m s-1", "initial x velocity"),
-    "v": ("m s-1", "initial y velocity"),
-    "ua": ("m s-1", "initial depth-averaged x velocity"),
-    "va": ("m s-1", "initial depth-averaged y velocity"),
-    "el": ("m", "initial surface elevation"),
-    "east_e": ("m", "easting of elevation point"),
-    "north_e": ("m", "northing of elevation point"),
-    "ele": ("m", "elevation, east boundary"),
-    "elw": ("m", "elevation, west boundary"),
-    "eln": ("m", "elevation, north boundary"),
-    "els": ("m", "elevation, south boundary"),
-    "uabe": ("m s-1", "depth-averaged u, east boundary"),
-    "uabw": ("m s-1", "depth-averaged u, west boundary"),
-    "vabn": ("m s-1", "depth-averaged v, north boundary"),
-    "vabs": ("m s-1", "depth-averaged v, south boundary"),
-    "tbe": ("degC", "temperature, east boundary"),
-    "tbw": ("degC", "temperature, west boundary"),
-    "tbn": ("degC", "temperature, north boundary"),
-    "tbs": ("degC", "temperature, south boundary"),
-    "sbe": ("1e-3", "salinity, east boundary"),
-    "sbw": ("1e-3", "salinity, west boundary"),
-    "sbn": ("1e-3", "salinity, north boundary"),
-    "sbs": ("1e-3", "salinity, south boundary"),
-}
+# name -> (units, long name): the IC-file fields of the variable table
+REQUIRED = {name: (VARIABLES[name].units, VARIABLES[name].long_name)
+            for name in names("ic_required")}
+OPTIONAL = {name: (VARIABLES[name].units, VARIABLES[name].long_name)
+            for name in names("ic_optional")}
 FIELDS = {**REQUIRED, **OPTIONAL}
 COORDINATE_VARIABLES = ("x", "y", "sigma")
 # output-only coordinates: pompy's set-up computes them (grid_coordinates) and

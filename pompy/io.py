@@ -4,21 +4,22 @@ Arrays are stored in CF order (time, sigma level, y, x): a pom2k array
 a(i,j,k) is written transposed as a[k, j, i]. Fields on the w levels
 (z: w, q2, q2l, l, km, kh, kq, ...) use the dimension ``sigma_w``; the
 others ``sigma``. A restart file holds every restart variable plus
-``iint`` and ``time_days``; reading it gives back pom2k-ordered arrays
-equal to the last bit.
+``iint``, ``time_days`` and ``time0`` (the model time, in days, of iint 0);
+reading it gives back pom2k-ordered arrays equal to the last bit.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import netCDF4
 import numpy as np
 
 from pompy import __version__
 from pompy.config import Config
-from pompy.variables import VARIABLES
+from pompy.variables import VARIABLES, names
 
-W_LEVELS = {"z", "dz", "w", "q2", "q2b", "q2l", "q2lb", "l", "km", "kh", "kq"}
+W_LEVELS = frozenset(names("w_level"))
 _DIM = {"i": "x", "j": "y"}
 
 
@@ -101,14 +102,16 @@ class OutputWriter:
         self.ds.close()
 
 
-def write_restart(path: Path, config: Config, state: dict, iint: int, time_days: float) -> Path:
-    """Every restart variable of the table, with iint and time, to NetCDF."""
+def write_restart(path: Path, config: Config, state: dict, iint: int, time_days: float,
+                  time0: float = 0.0) -> Path:
+    """Every restart variable of the table, with iint, time and time0, to NetCDF."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     ds = _create(tmp, config, f"{config.title}: restart at iint={iint}")
     try:
         ds.iint = int(iint)
         ds.time_days = float(time_days)
+        ds.time0 = float(time0)
         for name, var in VARIABLES.items():
             if var.restart:
                 _define(ds, name)[:] = _to_cf(state[name])
@@ -118,10 +121,18 @@ def write_restart(path: Path, config: Config, state: dict, iint: int, time_days:
     return path
 
 
-def read_restart(path: Path) -> tuple[dict, int, float]:
-    """(state, iint, time_days) from a restart file, arrays in pom2k order."""
+class Restart(NamedTuple):
+    state: dict          # restart variables, pom2k order
+    iint: int            # the step the state is at
+    time_days: float     # its model time
+    time0: float         # the model time of iint 0
+
+
+def read_restart(path: Path) -> Restart:
+    """A restart file's state (arrays in pom2k order), iint, time and time0."""
     with netCDF4.Dataset(path) as ds:
         ds.set_auto_mask(False)
         state = {name: _from_cf(ds[name][:]) for name in VARIABLES
                  if VARIABLES[name].restart and name in ds.variables}
-        return state, int(ds.iint), float(ds.time_days)
+        time0 = float(getattr(ds, "time0", 0.0))
+        return Restart(state, int(ds.iint), float(ds.time_days), time0)

@@ -7,6 +7,8 @@ returns each field's error against the oracle's float64 result.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -17,6 +19,7 @@ from oracle_compare import torch_call
 def assert_inputs_not_written(fn, oracle, call: str, state: dict, params: dict) -> None:
     """fn on ``call`` leaves every input tensor as it was, and every output
     is a tensor of its own (no storage shared with an input)."""
+    @functools.wraps(fn)
     def checked(**kwargs):
         inputs = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         before = {k: v.clone() for k, v in inputs.items()}
@@ -37,6 +40,7 @@ def on_device(fn, device: str):
     if device == "cpu":
         return fn
 
+    @functools.wraps(fn)
     def moved(**kwargs):
         out = fn(**{k: v.to(device) if isinstance(v, torch.Tensor) else v
                     for k, v in kwargs.items()})

@@ -13,24 +13,19 @@ import numpy as np
 import torch
 
 from conftest import assert_fields_close
+from pompy.calls import bind, invoke
 
 
 def torch_call(fn, oracle, call: str, state: dict, params: dict, dtype=torch.float64):
-    name, binding = oracle.bind(call)
-    sig = oracle.signature(name)
-    kwargs = {}
-    for arg in sig.args:
-        source = binding.get(arg, arg)
-        if source in state:
-            kwargs[arg] = torch.as_tensor(np.ascontiguousarray(state[source]), dtype=dtype)
-        elif source in params:
-            kwargs[arg] = params[source]
-        else:
-            kwargs[arg] = int(source) if source.lstrip("-").isdigit() else float(source)
-    out = fn(**kwargs)
+    """``fn`` run as pom2k's ``call`` by pompy.calls (the torch cores'
+    binder) on the state as tensors; checks that it returns the oracle
+    routine's in/output arguments, in order."""
+    tensors = {k: torch.as_tensor(np.ascontiguousarray(v), dtype=dtype) for k, v in state.items()}
+    out, binding = invoke(fn, call, tensors, params)
+    sig = oracle.signature(bind(call)[0])
     inout = [a for a in sig.args if a in sig.inout]
     assert tuple(out._fields) == tuple(inout), (
-        f"torch {name} returns {out._fields}, the oracle writes {tuple(inout)}")
+        f"torch {fn.__name__} returns {out._fields}, the oracle writes {tuple(inout)}")
     return {binding.get(a, a): getattr(out, a) for a in inout}
 
 

@@ -19,28 +19,28 @@ def test_bad_config_exits_2_with_the_message(capsys):
 
 
 def test_run_passes_config_output_steps_core_device_dtype(monkeypatch, tmp_path):
-    import pompy.run
+    import pompy.driver
 
     calls = []
-    monkeypatch.setattr(pompy.run, "run_case", lambda config, output, **kw: calls.append((config, output, kw)))
+    monkeypatch.setattr(pompy.driver, "run_case", lambda config, output, **kw: calls.append((config, output, kw)))
     assert cli.main(["run", SEAMOUNT, "--steps", "3", "--output", str(tmp_path), "--core", "oracle"]) == 0
     (config, output, kw), = calls
     assert (config.im, output) == (65, tmp_path)
-    assert kw == dict(core="oracle", steps=3, restart=None, device="cpu", dtype="float64")
+    assert kw == dict(core="oracle", steps=3, restart=None, device="cpu", dtype="float64",
+                      check_cfl=True)
     cli.main(["run", SEAMOUNT, "--dtype", "float32"])
     assert calls[1][1] == Path("output/seamount")
-    assert calls[1][2] == dict(core="explicit", steps=None, restart=None, device="cpu", dtype="float32")
+    assert calls[1][2] == dict(core="explicit", steps=None, restart=None, device="cpu", dtype="float32",
+                               check_cfl=True)
 
 
-def test_cfl_violating_dte_needs_the_explicit_override(monkeypatch, capsys):
-    import pompy.run
-
-    calls = []
-    monkeypatch.setattr(pompy.run, "run_case", lambda config, output, **kw: calls.append(config))
-    assert cli.main(["run", SEAMOUNT, "--set", "dte=10.5"]) == 2
-    assert "breaks the external CFL limit" in capsys.readouterr().err and not calls
-    assert cli.main(["run", SEAMOUNT, "--set", "dte=10.5", "--no-cfl-check"]) == 0
-    assert calls[0].dte == 10.5
+def test_cfl_violating_dte_needs_the_explicit_override(tmp_path, capsys):
+    """The CFL limit is checked on the run's own set-up, before any step."""
+    assert cli.main(["run", SEAMOUNT, "--set", "dte=10.5", "--output", str(tmp_path)]) == 2
+    assert "breaks the external CFL limit" in capsys.readouterr().err
+    assert not (tmp_path / "explicit_output.nc").exists()
+    assert cli.main(["run", SEAMOUNT, "--set", "dte=10.5", "--no-cfl-check", "--steps", "1",
+                     "--output", str(tmp_path)]) == 0
 
 
 def test_nread_1_without_a_restart_file_is_an_error(tmp_path, capsys):

@@ -5,7 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pompy.config import Config, ConfigError, check_external_cfl, load_config, nint, parse_overrides
+from pompy.config import Config, ConfigError, load_config, nint, parse_overrides
+from pompy.core.setup import check_external_cfl
 from pompy.icfile import write_ic
 
 CONFIGS = Path(__file__).parents[1] / "configs"
@@ -146,8 +147,9 @@ def test_external_cfl_limit_of_the_seamount():
 def test_external_cfl_violation(tmp_path):
     path = tmp_path / "fast.nml"
     path.write_text("&pom2k dte=100 /\n")
+    config = load_config(path)            # the parameters alone are valid
     with pytest.raises(ConfigError) as err:
-        load_config(path)
+        check_external_cfl(config)
     assert str(err.value).startswith("dte=100.0 breaks the external CFL limit: dte must be < 7.22845 s")
 
 
@@ -188,7 +190,7 @@ def test_file_grid_is_cfl_checked(tmp_path):
     nml = tmp_path / "basin.nml"
     Config(dte=limit * 1.01, **config).to_namelist().write(nml)
     with pytest.raises(ConfigError) as err:
-        load_config(nml)
+        check_external_cfl(load_config(nml))
     assert str(err.value).startswith(f"dte={limit * 1.01!r} breaks the external CFL limit: dte must be "
                                      f"< {limit:.6g} s")
     assert "at (i=2, j=2) where dx=5000 m, dy=5000 m, h=1000 m" in str(err.value)

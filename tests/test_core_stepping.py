@@ -25,9 +25,11 @@ from conftest import assert_fields_close
 from oracle_compare import compare_call
 from pompy.compat import fortran_math
 from pompy.config import load_config, parameters
+from pompy.calls import call
 from pompy.core import stepping
+from pompy.core.external import split
 from pompy.core.problems import grid_coordinates
-from pompy.oracle.run import new_state
+from pompy.oracle.driver import new_state
 from strategies import pom_states, random_state, to_torch
 
 CONFIGS = __import__("pathlib").Path(__file__).parents[1] / "configs"
@@ -72,14 +74,14 @@ def test_external_step_matches_oracle(oracle, case, iext, mode):
     seed, im, jm, kb = case
     _, params, state = random_state(seed, im, jm, kb, oracle)
     params = dict(params, isplit=10, ispadv=5, mode=mode)
-    compare_state_call(stepping.external_step, oracle, "external_step", state, params,
+    compare_state_call(split.external_step, oracle, "external_step", state, params,
                        rtol=0.0, iext=iext)
 
 
 def test_external_step_skips_the_shift_when_vamax_exceeds_vmaxl(oracle):
     _, params, state = random_state(3, 8, 7, 5, oracle)
     params = dict(params, vmaxl=1e-3)          # every state breaks it
-    errors = compare_state_call(stepping.external_step, oracle, "external_step", state, params,
+    errors = compare_state_call(split.external_step, oracle, "external_step", state, params,
                                 rtol=0.0, iext=1)
     assert max(errors.values()) == 0.0
 
@@ -142,7 +144,7 @@ def test_call_binds_pom2k_call_strings():
          "zz": torch.tensor([-.1, -.3, -.6, -.9]), "h": torch.full((3, 3), 100.0),
          "fsm": torch.ones(3, 3)}
     p = dict(grav=9.806, rhoref=1025.0, tbias=0.0, sbias=0.0)
-    out = stepping.call("dens(s,t,rho)", s, p)
+    out = call("dens(s,t,rho)", s, p, stepping.ROUTINES)
     assert set(out) == {"rho"} and out["rho"][0, 0, 0] > 0 and rho.abs().max() == 0
     with pytest.raises(KeyError, match="no value for argument 'grav'"):
-        stepping.call("dens(s,t,rho)", s, {})
+        call("dens(s,t,rho)", s, {}, stepping.ROUTINES)

@@ -30,8 +30,9 @@ from pompy.compat import fortran_math
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
 from pompy.io import read_restart, write_restart
-from pompy.oracle.run import new_state, run_steps
-from pompy.run import CFLViolation, NonFiniteState, run_case
+from pompy.oracle.driver import new_state, run_steps
+from pompy.driver import run_case
+from pompy.errors import CFLViolation, NonFiniteState
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 PROGNOSTIC = variables.names("prognostic")
@@ -182,7 +183,7 @@ def test_restart_continues_bit_for_bit(tmp_path):
                        progress=False).numpy_state()
     for name in variables.names(restart=True):
         np.testing.assert_array_equal(resumed[name], whole[name], err_msg=name)
-    _, iint, _ = read_restart(tmp_path / "b" / "explicit_restart.nc")
+    _, iint, _, _ = read_restart(tmp_path / "b" / "explicit_restart.nc")
     assert iint == 6
 
 
@@ -205,7 +206,7 @@ def test_cfl_blow_up_names_step_field_place_and_keeps_the_last_good_state(oracle
     assert err.iint == 6 and "iint=6" in str(err) and "vaf" in str(err)
     assert f"({err.imax}, {err.jmax})" in str(err) and err.vamax == want.value.vamax
     assert err.restart == tmp_path / "explicit_restart.nc" and "last good state" in str(err)
-    saved, iint, _ = read_restart(err.restart)
+    saved, iint, _, _ = read_restart(err.restart)
     straight = new_state(config)
     run_steps(straight, config, 1, 5)
     assert iint == 5
@@ -261,7 +262,7 @@ def test_oracle_runs_stop_on_nan_too(oracle, tmp_path):
         run_case(config, tmp_path, core="oracle", steps=5, restart=start, progress=False)
     err = info.value
     assert err.iint == 3 and err.field == "t" and "iint=3" in str(err) and "(i, j, k)" in str(err)
-    saved, iint, _ = read_restart(err.restart)
+    saved, iint, _, _ = read_restart(err.restart)
     assert iint == 2 and np.isnan(saved["t"][9, 7, 3])
 
 
@@ -271,8 +272,8 @@ def test_nread_1_continues_in_the_same_folder(tmp_path):
     assert main(["run", nml, "--steps", "6", "--output", str(whole)]) == 0
     assert main(["run", nml, "--steps", "3", "--output", str(part)]) == 0
     assert main(["run", nml, "--steps", "3", "--output", str(part), "--set", "nread=1"]) == 0
-    a, ia, _ = read_restart(part / "explicit_restart.nc")
-    b, ib, _ = read_restart(whole / "explicit_restart.nc")
+    a, ia, _, _ = read_restart(part / "explicit_restart.nc")
+    b, ib, _, _ = read_restart(whole / "explicit_restart.nc")
     assert ia == ib == 6
     for name in variables.names(restart=True):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
@@ -289,7 +290,7 @@ def test_pompy_run_writes_cf_netcdf(tmp_path):
     assert ds["q2"].dims == ("time", "sigma_w", "y", "x")
     assert ds["el"].attrs["units"] == "m" and ds["u"].attrs["units"] == "m s-1"
     assert set(variables.names(kind="prognostic", output=True)) <= set(ds.data_vars)
-    restart, iint, _ = read_restart(tmp_path / "explicit_restart.nc")
+    restart, iint, _, _ = read_restart(tmp_path / "explicit_restart.nc")
     assert iint == 12
     np.testing.assert_array_equal(ds["t"].values[-1].T, restart["t"])
 

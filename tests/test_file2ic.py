@@ -22,11 +22,12 @@ import torch
 from core_checks import assert_inputs_not_written
 from oracle_compare import compare_call
 from pompy import icfile, variables
-from pompy.config import Config, ConfigError, check_external_cfl, parameters
+from pompy.config import Config, ConfigError, parameters
+from pompy.core.setup import check_external_cfl
 from pompy.core.file2ic import file2ic
 from pompy.core.grid import slpmax
 from pompy.icfile import read_ic, sigma_levels, write_ic, write_ic_from_state
-from pompy.oracle.run import new_state, run_steps
+from pompy.oracle.driver import new_state, run_steps
 from strategies import small_config
 
 OPTIONAL_3D = ("tclim", "sclim", "rmean", "u", "v")

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 from pathlib import Path
 
 import pytest
@@ -64,10 +63,11 @@ import torch
 
 import pompy.utils.safety as safety
 from pompy.autodiff.policies import GradientPolicy, policy_override, selected_policy
-from pompy.calls import argument, bind
-# importing pompy.core registers PROJECT for its physics layers
+from pompy import calls
+from pompy.calls import bind
 from pompy.core import (PHYSICS_LAYERS, advection, boundary, density, stepping, tracers,
                         turbulence, vertical)
+from pompy.core.external import split
 from pompy.core.viscosity import smagorinsky
 from pompy.ops import X, Y, Z, shift
 from strategies import random_state, to_torch
@@ -102,19 +102,14 @@ def routine_forward(fn, call: str):
     """(state, params) -> {actual name: output} for a physics routine called
     as pom2k's call string ``call`` binds it (e.g. ``"advq(q2b,q2,uf,a,c)"``:
     qb is the state's q2b, ...; other arguments by name from the state or
-    the parameters), as pompy.core.stepping.call does."""
-    _, binding = bind(call)
-    args = [(a, binding.get(a, a)) for a in inspect.signature(fn).parameters]
-
-    def forward(s: dict, p: dict) -> dict:
-        out = fn(**{a: argument(call, a, src, s, p) for a, src in args})
-        return {binding.get(f, f): v for f, v in zip(out._fields, out)}
-    return forward
+    the parameters): pompy.calls.call with ``fn`` as the routine."""
+    routines = {bind(call)[0]: fn}
+    return lambda s, p: calls.call(call, s, p, routines)
 
 
 def section_forward(fn):
     """(state, params) -> new state, for a main-program section
-    (stepping.external_step, stepping.internal_step)."""
+    (split.external_step, stepping.internal_step)."""
     return lambda s, p: fn(s, p)
 
 
@@ -369,7 +364,7 @@ ROUTINE_CASES = [
 
 def test_physics_layers_get_exact_gradients():
     """The policies these checks run under: PROJECT for every physics layer
-    (registered by importing pompy.core), no context override."""
+    (their built-in policy), no context override."""
     assert policy_override() is None
     for layer in PHYSICS_LAYERS:
         assert selected_policy(layer) is GradientPolicy.PROJECT, layer
@@ -416,7 +411,7 @@ def test_external_step_gradcheck(oracle, iext, mode):
     """One external pass (isplit 10, ispadv 5: advave runs at iext 5 and 10;
     etf is filtered over passes 8, 9, 10)."""
     state, params = state_of(oracle, isplit=10, ispadv=5, iext=iext, mode=mode)
-    check_gradients(section_forward(stepping.external_step), state, params,
+    check_gradients(section_forward(split.external_step), state, params,
                     ("el", "elb", "ua", "va", "uab"), EXTERNAL_OUT.split())
 
 
@@ -466,7 +461,8 @@ def warm_core():
     point: aam is 0 inside after step 2, computed from step 1's flow; the
     cold start skips the internal mode at iint = 1); from step 2's
     non-uniform flow on it is not."""
-    from pompy.config import check_external_cfl, load_config, validate
+    from pompy.config import load_config, validate
+    from pompy.core.setup import check_external_cfl
     from pompy.core.explicit import ExplicitCore
 
     config = dataclasses.replace(load_config(CONFIGS / "seamount.nml"), im=8, jm=7, kb=5, kl1=2,
@@ -486,7 +482,7 @@ def core_objective(core, steps: int = 2, seed: int = 0):
     state, with those fields set on the core as given (leaf tensors
     requiring grad: run_time_loop clones them) and Smagorinsky's horcon
     as a 0-d tensor in core.params (smagorinsky takes it from there through
-    pompy.core.stepping.call), and returns a weighted sum of the new el, u,
+    pompy.calls), and returns a weighted sum of the new el, u,
     v, t, s, q2, w, each over its magnitude."""
     base, iint0, time0 = dict(core.state), core.iint, core.time
     horcon0 = core.params["horcon"]

@@ -69,7 +69,7 @@ import torch
 from conftest import assert_fields_close
 from pompy import variables
 from pompy.core.explicit import ExplicitCore
-from pompy.oracle.run import new_state, run_steps
+from pompy.oracle.driver import new_state, run_steps
 from test_explicit_core import small_seamount
 
 WARM, STEPS = 5, 50

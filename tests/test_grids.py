@@ -5,7 +5,7 @@ import pytest
 from conftest import load_golden
 
 from pompy.config import Config
-from pompy.grids import setup_grid
+from pompy.core.setup import setup_grid
 
 
 def test_seamount_grid_matches_golden():

@@ -1,7 +1,6 @@
 """The oracle build: cached by source hash, rebuilt on change, clear errors;
 and the adapter that maps state dicts onto oracle calls."""
 import ast
-import os
 import shutil
 import subprocess
 import sys

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import assert_fields_close, load_golden, require_golden
 from pompy.config import load_config
-from pompy.oracle.run import new_state, run_steps
+from pompy.oracle.driver import new_state, run_steps
 
 RTOL = 1e-12
 STEPS = (0, 1, 2, 3, 10, 120)

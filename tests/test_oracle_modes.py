@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pompy.config import load_config
-from pompy.oracle.run import new_state, run_steps
+from pompy.oracle.driver import new_state, run_steps
 
 SEAMOUNT = Path(__file__).parents[1] / "configs" / "seamount.nml"
 

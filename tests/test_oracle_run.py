@@ -9,8 +9,8 @@ from pompy import variables
 from pompy.cli import main
 from pompy.config import load_config
 from pompy.io import read_restart, write_restart
-from pompy.oracle.run import new_state, run_steps
-from pompy.run import CFLViolation
+from pompy.oracle.driver import new_state, run_steps
+from pompy.errors import CFLViolation
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 
@@ -26,7 +26,7 @@ def test_pompy_run_writes_cf_netcdf_readable_by_xarray(oracle, tmp_path):
     assert ds["el"].dims == ("time", "y", "x") and ds["el"].attrs["units"] == "m"
     assert ds["u"].attrs["units"] == "m s-1" and "x velocity" in ds["u"].attrs["long_name"]
     assert set(variables.names(kind="prognostic", output=True)) <= set(ds.data_vars)
-    restart, iint, _ = read_restart(tmp_path / "oracle_restart.nc")
+    restart, iint, _, _ = read_restart(tmp_path / "oracle_restart.nc")
     assert iint == 12             # the output's last record is the restart state
     np.testing.assert_array_equal(ds["t"].values[-1].T, restart["t"])
 
@@ -38,7 +38,7 @@ def test_restart_continues_bit_for_bit(oracle, tmp_path):
     part = new_state(config)
     run_steps(part, config, 1, 3)
     path = write_restart(tmp_path / "r.nc", config, part, 3, config.dti * 3 / 86400)
-    saved, iint, _ = read_restart(path)
+    saved, iint, _, _ = read_restart(path)
     resumed = new_state(config)       # fresh set-up, work arrays from scratch
     resumed.update(saved)
     run_steps(resumed, config, iint + 1, 6)
@@ -53,8 +53,8 @@ def test_cli_restart_continues_the_run(oracle, tmp_path):
     assert main(["run", nml, "--core", "oracle", "--steps", "2", "--output", str(first)]) == 0
     assert main(["run", nml, "--core", "oracle", "--steps", "2", "--output", str(second),
                  "--restart", str(first / "oracle_restart.nc")]) == 0
-    a, ia, _ = read_restart(second / "oracle_restart.nc")
-    b, ib, _ = read_restart(whole / "oracle_restart.nc")
+    a, ia, _, _ = read_restart(second / "oracle_restart.nc")
+    b, ib, _, _ = read_restart(whole / "oracle_restart.nc")
     assert ia == ib == 4
     for name in ("el", "u", "t", "q2l", "km"):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
@@ -79,8 +79,8 @@ def test_blow_up_stops_and_keeps_the_last_good_state(oracle, tmp_path, monkeypat
     restart of the last good step."""
     import dataclasses
 
-    from pompy.oracle.run import OracleModel
-    from pompy.run import run_case
+    from pompy.oracle.driver import OracleModel
+    from pompy.driver import run_case
 
     monkeypatch.setattr(OracleModel, "chunk", 5)
     config = dataclasses.replace(load_config(CONFIGS / "seamount.nml"), dte=10.5, days=1.0)
@@ -90,7 +90,7 @@ def test_blow_up_stops_and_keeps_the_last_good_state(oracle, tmp_path, monkeypat
     assert err.iint == 7          # measured: dte=10.5 s (limit 7.23 s) fails at step 7,
     #                               inside the second chunk, so the last good step is recomputed
     assert err.restart == tmp_path / "oracle_restart.nc" and "last good state" in str(err)
-    saved, iint, _ = read_restart(err.restart)
+    saved, iint, _, _ = read_restart(err.restart)
     assert iint == err.iint - 1
     assert np.isfinite(saved["el"]).all() and np.abs(saved["vab"]).max() <= config.vmaxl
     straight = new_state(config)              # the same steps in one go

@@ -138,17 +138,30 @@ def test_no_nan_from_the_branch_not_taken():
 
 
 def test_layer_defaults_of_the_physics_routines_are_project():
-    """pompy.core registers PROJECT for its layers: exact gradients away from
-    the guards (CLAMP, the global default, would clip them to [-1, 1])."""
-    from pompy.autodiff.policies import POLICY_REGISTRY
-    from pompy.core import PHYSICS_LAYERS    # importing pompy.core registers them
+    """pompy's layers have the built-in policy PROJECT: exact gradients away
+    from the guards (CLAMP, the global default, would clip them to [-1, 1]);
+    importing pompy registers nothing, and a registration overrides the
+    built-in policy of its layer."""
+    from pompy.autodiff.policies import (BUILTIN_POLICIES, POLICY_REGISTRY, register_policy,
+                                         restore_policy_registry, selected_policy)
+    from pompy.core import PHYSICS_LAYERS
 
     assert set(PHYSICS_LAYERS) >= {"smagorinsky", "bottom_drag", "profq", "bcond", "dens"}
     for layer in PHYSICS_LAYERS:
-        assert POLICY_REGISTRY[layer] is P.PROJECT
+        assert layer not in POLICY_REGISTRY
+        assert BUILTIN_POLICIES[layer] is P.PROJECT and selected_policy(layer) is P.PROJECT
     x = torch.tensor([1e-4], dtype=torch.float64, requires_grad=True)
     safe_sqrt(x, layer="smagorinsky").backward()
     assert float(x.grad[0]) == pytest.approx(50.0, rel=1e-12)
+    before = register_policy("smagorinsky", P.CLAMP)
+    try:
+        assert selected_policy("smagorinsky") is P.CLAMP
+        x.grad = None
+        safe_sqrt(x, layer="smagorinsky").backward()
+        assert float(x.grad[0]) == 1.0
+    finally:
+        restore_policy_registry({k: v for k, v in POLICY_REGISTRY.items() if k != "smagorinsky"})
+    assert before is None
 
 
 def test_smagorinsky_gradient_at_a_uniform_flow_is_finite():

@@ -24,7 +24,7 @@ import torch
 
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
-from pompy.oracle.run import new_state, run_steps
+from pompy.oracle.driver import new_state, run_steps
 
 CONFIG = Path(__file__).parents[1] / "configs" / "seamount.nml"
 WARMUP = 2

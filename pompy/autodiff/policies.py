@@ -7,8 +7,9 @@ pom2k's forward value there (made finite), marks the point in a boolean
 mask, and its backward hands the incoming gradient and that mask to
 :func:`apply_policy`, which applies the policy selected for the op's layer.
 Layers are named after the model routines (``"advct"``, ``"profq"``,
-``"dens"``, ``"smagorinsky"``, ``"bottom_drag"``, ...). The physics layers
-register :attr:`GradientPolicy.PROJECT` (pompy.core does so on import), so
+``"dens"``, ``"smagorinsky"``, ``"bottom_drag"``, ...; pompy.autodiff.layers).
+The physics layers have the built-in policy :attr:`GradientPolicy.PROJECT`
+(:data:`BUILTIN_POLICIES`, a constant: nothing is registered on import), so
 that away from the guarded points their gradients are exact; CLAMP, the
 global fallback, would clip every derivative to [-1, 1].
 
@@ -29,7 +30,8 @@ PASSTHROUGH  unchanged           unchanged (inf and NaN included; debugging)
 
 Selection precedence (:func:`selected_policy`): an explicit ``policy``
 argument, then the active :func:`gradient_policy` context override, then
-the policy registered for the layer (:func:`register_policy`), then CLAMP.
+the policy registered for the layer (:func:`register_policy`), then the
+layer's built-in policy (:data:`BUILTIN_POLICIES`), then CLAMP.
 A layer that passes ``policy=`` explicitly therefore stays stronger than a
 surrounding context.
 
@@ -69,7 +71,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pompy.autodiff.layers import PHYSICS_LAYERS, SAFETY_LAYER
+
 __all__ = [
+    "BUILTIN_POLICIES",
     "GradientPolicy",
     "GradientPolicyConfig",
     "POLICY_REGISTRY",
@@ -97,6 +102,10 @@ class GradientPolicy(enum.Enum):
 
 
 _VALID_VALUES = ", ".join(repr(p.value) for p in GradientPolicy)
+
+BUILTIN_POLICIES: Mapping[str, GradientPolicy] = types.MappingProxyType(
+    {layer: GradientPolicy.PROJECT for layer in (*PHYSICS_LAYERS, SAFETY_LAYER)})
+"""pompy's own layers and their policy when none is registered (read-only)."""
 
 
 def _check_policy(policy: Any, what: str = "policy") -> GradientPolicy:
@@ -253,7 +262,7 @@ def selected_policy(layer: str | None = None, policy: GradientPolicy | None = No
     if override is not None:
         return override
     if key is not None:
-        registered = _frozen.get(key)
+        registered = _frozen.get(key, BUILTIN_POLICIES.get(key))
         if registered is not None:
             return registered
     return GradientPolicy.CLAMP

@@ -3,36 +3,32 @@
     initialize         the set-up before the time loop
     surface_forcing    the surface conditions of each internal step
     vertical_averages  depth integrals of the 3-D terms for the 2-D mode
-    external_step      one external (2-D) pass iext, with filter and shift
     internal_step      the internal (3-D) step with filters and shifts
 
+(the external mode is a free-surface scheme of its own: pompy.core.external).
 Tensors are indexed (i, j, k) like the Fortran. surface_forcing and
 vertical_averages take the oracle's arguments by name, as the routines of
-the physics modules do. initialize, external_step and internal_step are
-sections of pom2k's main program that touch most of the state, so they
-take the state ``s`` (pom2k names -> tensors) and the parameters ``p``
-(pom2k names -> numbers) and return the new state dict (external_step
-adds its velocity check: vamax, imax, jmax); the input tensors are never
-written. Inside them, the routine calls
-are written as pom2k writes them (``"advq(q2b,q2,uf,a,c)"``) and bound to
-the state by :func:`call`.
+the physics modules do. initialize and internal_step are sections of
+pom2k's main program that touch most of the state, so they take the state
+``s`` (pom2k names -> tensors) and the parameters ``p`` (pom2k names ->
+numbers) and return the new state dict; the input tensors are never
+written. Inside them, the routine calls are written as pom2k writes them
+(``"advq(q2b,q2,uf,a,c)"``) and bound to the state by pompy.calls.apply.
+:data:`ROUTINES` is the table of every torch routine by pom2k name.
 """
 from __future__ import annotations
 
-import inspect
 import math
-from functools import lru_cache
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from pompy import compat
-from pompy.calls import argument, bind, outputs
+from pompy import compat, variables
+from pompy.calls import apply, outputs
 from pompy.core import advection, boundary, density, grid, problems, tracers, turbulence, vertical
 from pompy.core.file2ic import file2ic
 from pompy.core.viscosity import smagorinsky
-from pompy.ops import X, Y, expand3, inside, over, shift, sqrt_rn
+from pompy.ops import expand3, inside, over, sqrt_rn, xm, yp, ym
 from pompy.utils.safety import safe_divide
 
 
@@ -63,7 +59,7 @@ def surface_forcing(iproblem, ramp, tbias, sbias, dvm, t, s, tclim, sclim, wusur
     if iproblem != 2:
         jj = torch.arange(jm, dtype=dvm.dtype, device=dvm.device)      # j-1
         taper = (ramp * (1.e-4 * torch.cos(pi * jj / jmm1))).unsqueeze(0)
-        corners = (shift(dvm, Y, 1) + shift(shift(dvm, X, -1), Y, 1) + shift(dvm, X, -1) + dvm)
+        corners = (yp(dvm) + yp(xm(dvm)) + xm(dvm) + dvm)
         wusurf = inside(taper * .25 * corners, wusurf, **rows)
         wvsurf, e_atmos, vfluxf = (inside(torch.zeros_like(a), a, **rows)
                                    for a in (wvsurf, e_atmos, vfluxf))
@@ -98,8 +94,10 @@ def vertical_averages(mode, dz, advx, advy, drhox, drhoy, aam, d, ua, va, uab, v
                                ave.wvbot, ave.curv2d)
 
 
-# ---------------------------------------------------------------- binding
+# ---------------------------------------------------------------- the routine table
 
+# Every torch routine by pom2k name: what a core calls (through
+# pompy.calls.apply) unless it is given compiled or checkpointed versions.
 ROUTINES = {fn.__name__: fn for fn in (
     advection.advct, advection.advave, advection.advu, advection.advv, advection.advq,
     advection.vertvl, tracers.advt1, tracers.advt2, turbulence.profq, vertical.proft,
@@ -108,37 +106,11 @@ ROUTINES = {fn.__name__: fn for fn in (
     problems.seamount, problems.box, problems.grid_coordinates, file2ic)}
 
 
-@lru_cache(maxsize=None)
-def _bound(call_text: str):
-    name, binding = bind(call_text)
-    args = tuple((a, binding.get(a, a)) for a in inspect.signature(ROUTINES[name]).parameters)
-    return name, args, binding
-
-
-def call(call_text: str, s: dict, p: dict, routines: dict = ROUTINES) -> dict:
-    """Run one torch routine as pom2k's main program calls it, e.g.
-    ``call("advq(q2b,q2,uf,a,c)", s, p)``: each argument is bound to its
-    actual (a literal, a state array, else a parameter); the result maps
-    the actual names to what the routine wrote. ``routines`` maps names to
-    the functions to run (e.g. torch.compile'd ones)."""
-    name, args, binding = _bound(call_text)
-    out = routines[name](**{arg: argument(call_text, arg, source, s, p) for arg, source in args})
-    return {binding.get(f, f): v for f, v in zip(out._fields, out)}
-
-
-def run(s: dict, p: dict, *calls: str, routines: dict = ROUTINES) -> None:
-    """Apply pom2k calls in order to the local state dict ``s`` (rebinding, never
-    writing a tensor in place)."""
-    for text in calls:
-        s.update(call(text, s, p, routines))
-
-
 # ---------------------------------------------------------------- set-up
 
 # what pom2k's set-up zeroes before the problem set-up ("for safety")
 _ZEROED = ("uab vab elb etb e_atmos vfluxb vfluxf wusurf wvsurf wtsurf wssurf swrad "
            "drx2d dry2d").split()
-_BOUNDARY = ("vabn vabs eln els tbn tbs sbn sbs uabe uabw ele elw tbe tbw sbe sbw").split()
 
 
 def initialize(s: dict, p: dict) -> dict:
@@ -151,13 +123,13 @@ def initialize(s: dict, p: dict) -> dict:
     kb = s["z"].size(0)
     kbm1 = kb - 1
     iproblem = p["iproblem"]
-    for name in _ZEROED + (_BOUNDARY if iproblem != 3 else []):
+    for name in _ZEROED + (variables.names("boundary") if iproblem != 3 else []):
         s[name] = torch.zeros_like(s[name])
     for name in ("ub", "vb"):
         s[name] = inside(torch.zeros_like(s[name]), s[name], k=(1, kbm1))
     if iproblem not in (1, 2, 3):
         raise ValueError(f"iproblem={iproblem}: 1 seamount, 2 box or 3 file2ic")
-    run(s, p, ("seamount", "box", "file2ic")[iproblem - 1])
+    apply(s, p, ("seamount", "box", "file2ic")[iproblem - 1], routines=ROUTINES)
     s["ua"], s["va"], s["el"], s["et"] = (s[n].clone() for n in ("uab", "vab", "elb", "etb"))
     s["etf"] = s["et"].clone()
     s["d"] = s["h"] + s["el"]
@@ -172,7 +144,7 @@ def initialize(s: dict, p: dict) -> dict:
     for new, old in (("q2", "q2b"), ("q2l", "q2lb"), ("t", "tb"), ("s", "sb"), ("u", "ub"),
                      ("v", "vb")):
         s[new] = inside(s[old], s[new], k=(1, kbm1))
-    run(s, p, "dens(s,t,rho)", "baropg")
+    apply(s, p, "dens(s,t,rho)", "baropg", routines=ROUTINES)
     s["drx2d"] = depth_sum(s["drhox"], s["dz"], kbm1)
     s["dry2d"] = depth_sum(s["drhoy"], s["dz"], kbm1)
     # bottom friction coefficient (if cbcmax bites, z0b or the vertical spacing is wrong)
@@ -187,117 +159,8 @@ def initialize(s: dict, p: dict) -> dict:
     return s
 
 
-def set_up(config) -> dict:
-    """pom2k's state at iint 0 for ``config``: every variable of
-    pompy.variables as a float64 CPU tensor, from initialize on a zero state
-    (for iproblem 3 with the IC file's arrays placed before it and its
-    output-only coordinates after, as pompy.icfile describes)."""
-    from pompy import icfile, variables
-    from pompy.config import parameters
 
-    state = {name: torch.zeros(variables.shape(name, config.im, config.jm, config.kb),
-                               dtype=torch.float64)
-             for name in (*variables.VARIABLES, *variables.WORK)}
-    after = {}
-    if config.iproblem == 3:
-        ic, after = icfile.split_ic(config)
-        state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in ic.items()})
-    state = initialize(state, parameters(config))
-    state.update({name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in after.items()})
-    return state
-
-
-# ---------------------------------------------------------------- time stepping
-
-def _vel_check(vaf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """max |vaf| and pom2k's (imax, jmax): the last point, in Fortran order,
-    where it is reached. Tensors: no host synchronisation."""
-    a = vaf.detach().abs().t().reshape(-1)          # Fortran order: i fastest
-    vamax = a.max()
-    last = a.numel() - 1 - torch.argmax((torch.flip(a, (0,)) == vamax).to(torch.int32))
-    im = vaf.size(0)
-    return vamax, last % im + 1, last // im + 1
-
-
-def external_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
-    """One pass ``p["iext"]`` of pom2k's external (2-D) mode: continuity
-    (elf), momentum (uaf, vaf), the velocity check (vamax at imax, jmax),
-    the time-split filter and time-level shift when vamax <= vmaxl, the
-    sums egf, utf, vtf for the internal mode, and etf over the last three
-    passes. The shift under the check is a select, not a Python branch,
-    so no value leaves the device."""
-    s = dict(s)
-    iext, isplit, dte, grav, alpha, smoth = (p[n] for n in ("iext", "isplit", "dte", "grav",
-                                                             "alpha", "smoth"))
-    im, jm = s["h"].shape
-    imm1, jmm1 = im - 1, jm - 1
-    d, dx, dy, ua, va, art = s["d"], s["dx"], s["dy"], s["ua"], s["va"], s["art"]
-    im1 = lambda a: shift(a, X, -1)  # noqa: E731  a(i-1)
-    jm1 = lambda a: shift(a, Y, -1)  # noqa: E731  a(j-1)
-    faces = dict(i=(2, im), j=(2, jm))
-    s["fluxua"] = inside(.25 * (d + im1(d)) * (dy + im1(dy)) * ua, s["fluxua"], **faces)
-    s["fluxva"] = inside(.25 * (d + jm1(d)) * (dx + jm1(dx)) * va, s["fluxva"], **faces)
-    fu, fv = s["fluxua"], s["fluxva"]
-    # continuity, with the surface freshwater flux w(1) = vfluxf
-    elf = s["elb"] + p["dte2"] * (-(shift(fu, X, 1) - fu + shift(fv, Y, 1) - fv) / art
-                                  - s["vfluxf"])
-    s["elf"] = inside(elf, s["elf"], i=(2, imm1), j=(2, jmm1))
-    run(s, p, "bcond(1)", routines=routines)
-    if iext % p["ispadv"] == 0:
-        run(s, p, "advave(tps)", routines=routines)
-    el, elb, elf, e_atmos, cor, h = (s[n] for n in ("el", "elb", "elf", "e_atmos", "cor", "h"))
-    uaf = (s["adx2d"] + s["advua"]
-           - s["aru"] * .25 * (cor * d * (shift(va, Y, 1) + va)
-                               + im1(cor) * im1(d) * (im1(shift(va, Y, 1)) + im1(va)))
-           + .25 * grav * (dy + im1(dy)) * (d + im1(d))
-           * ((1.0 - 2.0 * alpha) * (el - im1(el))
-              + alpha * (elb - im1(elb) + elf - im1(elf))
-              + e_atmos - im1(e_atmos))
-           + s["drx2d"] + s["aru"] * (s["wusurf"] - s["wubot"]))
-    uaf = safe_divide((h + elb + im1(h) + im1(elb)) * s["aru"] * s["uab"] - 4.0 * dte * uaf,
-                      (h + elf + im1(h) + im1(elf)) * s["aru"], layer="external_step")
-    s["uaf"] = inside(uaf, s["uaf"], i=(2, im), j=(2, jmm1))
-    vaf = (s["ady2d"] + s["advva"]
-           + s["arv"] * .25 * (cor * d * (shift(ua, X, 1) + ua)
-                               + jm1(cor) * jm1(d) * (jm1(shift(ua, X, 1)) + jm1(ua)))
-           + .25 * grav * (dx + jm1(dx)) * (d + jm1(d))
-           * ((1.0 - 2.0 * alpha) * (el - jm1(el))
-              + alpha * (elb - jm1(elb) + elf - jm1(elf))
-              + e_atmos - jm1(e_atmos))
-           + s["dry2d"] + s["arv"] * (s["wvsurf"] - s["wvbot"]))
-    vaf = safe_divide((h + elb + jm1(h) + jm1(elb)) * s["vab"] * s["arv"] - 4.0 * dte * vaf,
-                      (h + elf + jm1(h) + jm1(elf)) * s["arv"], layer="external_step")
-    s["vaf"] = inside(vaf, s["vaf"], i=(2, imm1), j=(2, jm))
-    run(s, p, "bcond(2)", routines=routines)
-    # etf: the filtered elevation over the last three passes
-    if iext == isplit - 2:
-        s["etf"] = .25 * smoth * s["elf"]
-    elif iext == isplit - 1:
-        s["etf"] = s["etf"] + .5 * (1.0 - .5 * smoth) * s["elf"]
-    elif iext == isplit:
-        s["etf"] = (s["etf"] + .5 * s["elf"]) * s["fsm"]
-    # velocity check (generally the CFL criterion)
-    s["vamax"], s["imax"], s["jmax"] = _vel_check(s["vaf"])
-    ok = s["vamax"] <= p["vmaxl"]
-    # filter to remove the time split, then shift the time levels
-    new = {}
-    new["ua"] = ua + .5 * smoth * (s["uab"] - 2.0 * ua + s["uaf"])
-    new["va"] = va + .5 * smoth * (s["vab"] - 2.0 * va + s["vaf"])
-    el_filtered = el + .5 * smoth * (elb - 2.0 * el + elf)
-    new["elb"], new["el"] = el_filtered, elf
-    new["d"] = h + elf
-    new["uab"], new["vab"] = new.pop("ua"), new.pop("va")
-    new["ua"], new["va"] = s["uaf"], s["vaf"]
-    if iext != isplit:
-        isp2i = 1.0 / (2.0 * float(isplit))
-        dn, uan, van = new["d"], new["ua"], new["va"]
-        new["egf"] = s["egf"] + new["el"] * (1.0 / float(isplit))
-        new["utf"] = inside(s["utf"] + uan * (dn + im1(dn)) * isp2i, s["utf"], i=(2, im))
-        new["vtf"] = inside(s["vtf"] + van * (dn + jm1(dn)) * isp2i, s["vtf"], j=(2, jm))
-    for name, value in new.items():
-        s[name] = torch.where(ok, value, s[name])
-    return s
-
+# ---------------------------------------------------------------- internal mode
 
 def _asselin(f: Tensor, fb: Tensor, ff: Tensor, smoth: float) -> Tensor:
     """pom2k's Asselin filter of level n: f + .5*smoth*(ff + fb - 2f)."""
@@ -314,19 +177,19 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     dz, dt, smoth = s["dz"], s["dt"], p["smoth"]
     # adjust u(z), v(z) so that their depth averages are the external ones
     tps = expand3(depth_sum(s["u"], dz, kbm1))
-    u = (s["u"] - tps) + expand3(safe_divide(s["utb"] + s["utf"], dt + shift(dt, X, -1),
+    u = (s["u"] - tps) + expand3(safe_divide(s["utb"] + s["utf"], dt + xm(dt),
                                              layer="internal_step"))
     s["u"] = inside(u, s["u"], i=(2, im), k=(1, kbm1))
     tps = expand3(depth_sum(s["v"], dz, kbm1))
-    v = (s["v"] - tps) + expand3(safe_divide(s["vtb"] + s["vtf"], dt + shift(dt, Y, -1),
+    v = (s["v"] - tps) + expand3(safe_divide(s["vtb"] + s["vtf"], dt + ym(dt),
                                              layer="internal_step"))
     s["v"] = inside(v, s["v"], j=(2, jm), k=(1, kbm1))
     s["tps"] = tps[:, :, 0]
-    run(s, p, "vertvl(a,c)", "bcond(5)", routines=routines)
+    apply(s, p, "vertvl(a,c)", "bcond(5)", routines=routines)
     s["uf"], s["vf"] = torch.zeros_like(s["uf"]), torch.zeros_like(s["vf"])
 
     # turbulence: q2f in uf, q2lf in vf
-    run(s, p, "advq(q2b,q2,uf,a,c)", "advq(q2lb,q2l,vf,a,c)", "profq(a,c,tps,dtef)", "bcond(6)",
+    apply(s, p, "advq(q2b,q2,uf,a,c)", "advq(q2lb,q2l,vf,a,c)", "profq(a,c,tps,dtef)", "bcond(6)",
         routines=routines)
     q2 = _asselin(s["q2"], s["q2b"], s["uf"], smoth)
     q2l = _asselin(s["q2l"], s["q2lb"], s["vf"], smoth)
@@ -335,20 +198,20 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     # temperature (tf in uf) and salinity (sf in vf)
     if p["mode"] != 4:
         if p["nadv"] == 1:
-            run(s, p, "advt1(tb,t,tclim,uf,a,c)", "advt1(sb,s,sclim,vf,a,c)",
+            apply(s, p, "advt1(tb,t,tclim,uf,a,c)", "advt1(sb,s,sclim,vf,a,c)",
                 routines=routines)
         else:
-            run(s, p, "advt2(tb,t,tclim,uf,a,c,nitera,sw)", "advt2(sb,s,sclim,vf,a,c,nitera,sw)",
+            apply(s, p, "advt2(tb,t,tclim,uf,a,c,nitera,sw)", "advt2(sb,s,sclim,vf,a,c,nitera,sw)",
                 routines=routines)
-        run(s, p, "proft(uf,wtsurf,tsurf,nbct,tps)", "proft(vf,wssurf,ssurf,nbcs,tps)",
+        apply(s, p, "proft(uf,wtsurf,tsurf,nbct,tps)", "proft(vf,wssurf,ssurf,nbcs,tps)",
             "bcond(4)", routines=routines)
         t = _asselin(s["t"], s["tb"], s["uf"], smoth)
         sal = _asselin(s["s"], s["sb"], s["vf"], smoth)
         s["tb"], s["t"], s["sb"], s["s"] = t, s["uf"].clone(), sal, s["vf"].clone()
-        run(s, p, "dens(s,t,rho)", routines=routines)
+        apply(s, p, "dens(s,t,rho)", routines=routines)
 
     # momentum (uf, vf)
-    run(s, p, "advu", "advv", "profu", "profv", "bcond(3)", routines=routines)
+    apply(s, p, "advu", "advv", "profu", "profv", "bcond(3)", routines=routines)
     # filter with the depth mean of the filter increment removed
     for f, fb, ff in (("u", "ub", "uf"), ("v", "vb", "vf")):
         incr = s[ff] + s[fb] - 2.0 * s[f]
@@ -356,4 +219,15 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
         filtered = inside(s[f] + .5 * smoth * (incr - expand3(tps)), s[f], k=(1, kbm1))
         s[fb], s[f] = filtered, s[ff].clone()
         s["tps"] = tps
+    return s
+
+
+def end_of_step(s: dict) -> dict:
+    """pom2k's time-level shifts at the end of an internal step: the
+    external mode's averages become the previous step's (egb, utb, vtb),
+    its filtered elevation etf the internal mode's et."""
+    s = dict(s)
+    s["egb"], s["etb"], s["et"] = s["egf"].clone(), s["et"].clone(), s["etf"].clone()
+    s["dt"] = s["h"] + s["et"]
+    s["utb"], s["vtb"], s["vfluxb"] = s["utf"].clone(), s["vtf"].clone(), s["vfluxf"].clone()
     return s

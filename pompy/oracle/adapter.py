@@ -70,7 +70,7 @@ class Oracle:
         The result maps state names to the arrays after the call (every
         array the routine may write) and scalar outputs to their values.
         With ``inplace`` the routine writes the state's own arrays, which
-        must then be Fortran-ordered float64 (as pompy.oracle.run makes them).
+        must then be Fortran-ordered float64 (as pompy.oracle.driver makes them).
         """
         params = params or {}
         name, binding = self.bind(call)

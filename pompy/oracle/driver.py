@@ -1,17 +1,23 @@
 """Run whole cases with the Fortran oracle: pom2k's set-up and main loop.
 
 ``new_state(config)`` allocates every variable of pompy.variables (Fortran
-order) and runs pom2k's set-up; ``run_steps(state, config, first, last)`` advances the
-state in place through internal steps ``first..last``.
+order) and runs pom2k's set-up, by the same path as the torch core
+(pompy.core.setup.set_up); ``run_steps(state, config, first, last)``
+advances the state in place through internal steps ``first..last``;
+``OracleModel`` is the oracle as a driver's model (pompy.driver).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from pompy import variables
 from pompy.config import Config, parameters
+from pompy.core.model import first_non_finite
+from pompy.core import setup
+from pompy.errors import CFLViolation, NonFiniteState
 from pompy.oracle.adapter import Oracle
-from pompy.run import CFLViolation
 
 _ORACLE = None
 
@@ -24,26 +30,16 @@ def oracle() -> Oracle:
     return _ORACLE
 
 
+def _initialize(state: dict, params: dict) -> dict:
+    oracle().call("initialize", state, params, inplace=True)
+    return state
+
+
 def new_state(config: Config) -> dict[str, np.ndarray]:
     """pom2k's state after its set-up (iint = 0): every variable and work
-    array of pompy.variables, Fortran-ordered, as the oracle set it up.
-
-    iproblem=3: the IC file's arrays (pompy.icfile.read_ic) are placed in
-    the state before the set-up (file2ic finishes them), its output-only
-    coordinates east_e, north_e, if it has them, after."""
-    state = {name: np.zeros(variables.shape(name, config.im, config.jm, config.kb), order="F")
-             for name in (*variables.VARIABLES, *variables.WORK)}
-    after = {}
-    if config.iproblem == 3:
-        from pompy import icfile
-
-        ic, after = icfile.split_ic(config)
-        for name, value in ic.items():
-            state[name][...] = value
-    oracle().call("initialize", state, parameters(config), inplace=True)
-    for name, value in after.items():
-        state[name][...] = value
-    return state
+    array of pompy.variables, Fortran-ordered, as the oracle set it up."""
+    return setup.set_up(config, _initialize, zeros=lambda shape: np.zeros(shape, order="F"),
+                  array=lambda value: np.array(value, dtype=np.float64, order="F"))
 
 
 def run_steps(state: dict, config: Config, iint_first: int, iint_last: int,
@@ -60,7 +56,7 @@ def run_steps(state: dict, config: Config, iint_first: int, iint_last: int,
 
 
 class OracleModel:
-    """The oracle driven through pompy.run's model interface.
+    """The oracle driven as a driver's model (pompy.driver).
 
     ``advance(last)`` runs the Fortran driver ``chunk`` steps per call; the
     state at the start of each call is kept, so that after a blow-up the
@@ -70,44 +66,48 @@ class OracleModel:
     name = "oracle"
     chunk = 10
 
-    def __init__(self, config: Config, saved: tuple | None = None):
+    def __init__(self, config: Config):
         self.config = config
         self.state = new_state(config)
         self.iint = 0
-        if saved is not None:
-            self.state.update({k: np.asfortranarray(v) for k, v in saved[0].items()})
-            self.iint = saved[1]
+        self.time0 = 0.0
+
+    def load_state(self, arrays: dict, iint: int, time0: float = 0.0) -> None:
+        """Continue from a restart's arrays (placed over the set-up state)."""
+        self.state.update({k: np.asfortranarray(v, dtype=np.float64) for k, v in arrays.items()})
+        self.iint, self.time0 = iint, time0
 
     def numpy_state(self) -> dict[str, np.ndarray]:
         return self.state
 
-    def advance(self, last: int, bar=None) -> None:
-        from pompy.run import progress_update
+    def _run(self, state: dict, first: int, last: int) -> int:
+        return run_steps(state, self.config, first, last, self.time0)
 
+    def advance(self, last: int, on_step: Callable[[int, float], None] | None = None) -> None:
         while self.iint < last:
             stop = min(last, self.iint + self.chunk)
-            kept = {k: v.copy() for k, v in self.state.items()}
+            kept = {k: v.copy(order="F") for k, v in self.state.items()}
             try:
-                run_steps(self.state, self.config, self.iint + 1, stop)
+                self._run(self.state, self.iint + 1, stop)
             except CFLViolation as exc:
                 if exc.iint - 1 > self.iint:
-                    run_steps(kept, self.config, self.iint + 1, exc.iint - 1)
+                    self._run(kept, self.iint + 1, exc.iint - 1)
                 exc.last_good = kept
                 raise
             if not _finite(self.state):
                 self._find_non_finite_step(kept, stop)
-            for iint in range(self.iint + 1, stop + 1):
-                progress_update(bar, iint, self.config, float(np.abs(self.state["vaf"]).max()))
+            if on_step is not None:
+                vamax = float(np.abs(self.state["vaf"]).max())
+                for iint in range(self.iint + 1, stop + 1):
+                    on_step(iint, vamax)
             self.iint = stop
 
     def _find_non_finite_step(self, good: dict, stop: int) -> None:
         """pom2k's check skips NaN, so the driver runs on through it: redo the
         chunk step by step from ``good`` and stop at the first non-finite step."""
-        from pompy.run import NonFiniteState, first_non_finite
-
         for iint in range(self.iint + 1, stop + 1):
             trial = {k: v.copy(order="F") for k, v in good.items()}
-            run_steps(trial, self.config, iint, iint)
+            self._run(trial, iint, iint)
             if not _finite(trial):
                 self.state = trial
                 exc = NonFiniteState(iint, *first_non_finite(trial))

@@ -1,0 +1,14 @@
+"""Free-surface schemes: the external (barotropic) mode of a core.
+
+A scheme is the part pompy.core.model.Core is given. It has
+``external_mode(s, p, routines) -> s``: from the state after the 3-D terms
+of the external mode (vertical_averages), the new elevation and
+depth-mean velocities (el, elb, ua, uab, va, vab, d) and what the
+internal mode reads of them: egf (the step's mean elevation), etf (the
+internal mode's new elevation) and utf, vtf (the transports the 3-D
+velocities are adjusted to); plus ``vamax``, ``imax``, ``jmax`` of its
+velocity check. ``core_name`` names the core it makes and
+``checked_field`` the field of the check.
+
+    split.SplitExplicit     pom2k's mode split: isplit explicit passes of dte
+"""

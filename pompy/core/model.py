@@ -1,0 +1,344 @@
+"""The scheme-independent core: pom2k's main loop around a free-surface part.
+
+    core = Core(config, SplitExplicit(), device="cpu", dtype=torch.float64)
+    core.run_initialization()          # pom2k's set-up, iint = 0
+    core.iend = 120
+    core.run_time_loop()               # iint = core.iint+1 .. core.iend
+
+The core owns what does not depend on how the external (free-surface) mode
+is stepped: the state (every variable of pompy.variables is an attribute,
+``core.u``, and an entry of ``core.state``), the set-up, load/capture/
+restore/inject of state, loop-entry cloning, checkpointing, the generation
+fast path with its snapshots, the stop checks and the one ``advance`` that
+drivers call. The free-surface scheme is a part it is given
+(pompy.core.external): split-explicit (pom2k's mode split) or implicit.
+
+One internal step, in pom2k's order (``Core._advance``)::
+
+    surface_forcing                                    wind, heat, freshwater
+    advct, baropg, smagorinsky, vertical_averages      3-D terms for the 2-D mode (mode != 2)
+    external.external_mode                             el, ua, va; egf, etf, utf, vtf; vamax
+    ---- stop if vamax > vmaxl (value read 1) ----
+    internal_step                                      u, v, w, q2, q2l, t, s, rho (mode 3, 4)
+    end_of_step                                        et, etb, egb, utb, vtb, vfluxb, dt
+    ---- stop if a prognostic field is not finite (value read 2) ----
+
+The set-up is computed on the CPU in float64, then moved to the core's
+device and dtype, so a float32 or CUDA run starts from the same initial
+state as the float64 CPU run. A stop raises CFLViolation or
+NonFiniteState (pompy.errors); ``last_good`` then holds the state of the
+step before, which the time loop never writes in place.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+from pompy import variables
+from pompy.calls import apply
+from pompy.config import Config, parameters
+from pompy.core import setup, stepping
+from pompy.errors import CFLViolation, ModelStop, NonFiniteState
+
+# checkpoint= choices: none, the heavy routines (turbulence, tracers,
+# momentum), or whole internal steps
+CHECKPOINTS = (None, "routines", "steps")
+HEAVY = ("advq", "profq", "advt1", "advt2", "proft", "advu", "advv", "profu", "profv")
+# the routines of the time loop that torch.compile fuses (compile=True)
+COMPILED = ("advct", "advave", "advu", "advv", "advq", "vertvl", "advt1", "advt2", "profq",
+            "proft", "profu", "profv", "bcond", "dens", "baropg", "smagorinsky",
+            "surface_forcing", "vertical_averages")
+# bcond compiles once per case, dtype and grid: more versions of one
+# function than dynamo's default limit of 8; raised only during its calls
+_RECOMPILE_LIMIT = 64
+
+
+def _compiled(fn: Callable) -> Callable:
+    """fn through torch.compile, with the recompile limit raised only while
+    it runs (building a core changes no global dynamo setting)."""
+    compiled = torch.compile(fn)
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs):
+        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
+            return compiled(**kwargs)
+    return wrapper
+
+
+def _checkpointed(fn: Callable) -> Callable:
+    """fn, recomputed in the backward pass (non-reentrant torch checkpoint)
+    when gradients are on."""
+    @functools.wraps(fn)
+    def wrapper(**kwargs):
+        if not torch.is_grad_enabled():
+            return fn(**kwargs)
+        return torch_checkpoint(fn, use_reentrant=False, preserve_rng_state=False, **kwargs)
+    return wrapper
+
+
+def to_numpy(state: Mapping) -> dict[str, np.ndarray]:
+    """Tensors as float64 numpy arrays in pom2k (Fortran) order."""
+    return {name: np.asfortranarray(t.detach().to("cpu", torch.float64).numpy())
+            for name, t in state.items()}
+
+
+def first_non_finite(state: Mapping) -> tuple[str, tuple[int, ...]]:
+    """The first field of a state (pom2k-ordered arrays; prognostic fields
+    first) holding a NaN or inf, and the first such point, 1-based."""
+    names = variables.names("prognostic")
+    for name in names + [n for n in state if n not in names]:
+        bad = ~np.isfinite(np.asarray(state[name]))
+        if bad.any():
+            return name, tuple(int(x) + 1 for x in np.argwhere(bad)[0])
+    raise ValueError("every field is finite")
+
+
+def all_finite(s: Mapping) -> bool:
+    """Whether every prognostic field is finite (one read from the device)."""
+    return bool(torch.stack([torch.isfinite(s[n]).all()
+                             for n in variables.names("prognostic")]).all())
+
+
+class Core:
+    """pom2k's main loop in torch around a free-surface part ``external``."""
+
+    def __init__(self, config: Config, external, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float64, compile: bool = False,
+                 checkpoint: str | None = None):
+        if dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
+        if checkpoint not in CHECKPOINTS:
+            raise ValueError(f"checkpoint={checkpoint!r}: one of {CHECKPOINTS}")
+        object.__setattr__(self, "state", {})
+        self.external = external
+        # torch.compile each physics routine (not the main-loop sections,
+        # whose Python branches on iext would recompile for every pass)
+        self.routines = {name: (_compiled(fn) if compile and name in COMPILED else fn)
+                         for name, fn in stepping.ROUTINES.items()}
+        # checkpoint="routines": recompute the heavy routines in the backward
+        # pass instead of keeping their intermediates; "steps": whole steps
+        self.checkpoint = checkpoint
+        if checkpoint == "routines":
+            self.routines = {name: (_checkpointed(fn) if name in HEAVY else fn)
+                             for name, fn in self.routines.items()}
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.params = parameters(config)
+        self.iint = 0
+        self.time0 = 0.0
+        self.time = 0.0
+        self.period = math.inf
+        self.iend = config.iend
+        self.generation_fast_path = False
+        self.capture_interval = 0
+        self.generation_records: list[dict] = []
+        self._loop_mode: str | None = None
+        self.last_good: dict | None = None
+        self.vamax = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.external.core_name
+
+    # pom2k names as attributes: core.u is core.state["u"]
+    def __getattr__(self, name):
+        state = self.__dict__.get("state", {})
+        if name in state:
+            return state[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        if name in variables.ALL:
+            self.state[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    # ------------------------------------------------------------ state
+    def run_initialization(self) -> None:
+        """pom2k's set-up (iint = 0), computed on the CPU in float64; for
+        iproblem 3 from the config's IC file (pompy.icfile)."""
+        self.load_state(setup.set_up(self.config), iint=0)
+
+    def load_state(self, arrays: Mapping, iint: int, time0: float = 0.0) -> None:
+        """Set the state from arrays by pom2k name (numpy or torch, pom2k
+        order), e.g. a restart file or a golden state; names not given are
+        zero. The next step is iint+1. Tensors are copied to the core's
+        device and dtype differentiably: a tensor that requires grad keeps
+        its autograd path."""
+        c = self.config
+        state = {}
+        for name in variables.ALL:
+            shape = variables.shape(name, c.im, c.jm, c.kb)
+            value = arrays.get(name)
+            if value is None:
+                state[name] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+                continue
+            state[name] = self._tensor(name, value, shape)
+        # inertial period (days) for the forcing ramp, from the given cor
+        # (float64 for a set-up or restart, whatever the core's dtype)
+        cor = arrays.get("cor")
+        f = 0.0 if cor is None else abs(float(cor[c.im // 2 - 1, c.jm // 2 - 1]))
+        self.period = (2.0 * math.pi) / f / 86400.0 if f != 0 else math.inf
+        object.__setattr__(self, "state", state)
+        self._start(iint, time0)
+
+    def _tensor(self, name: str, value, shape: tuple[int, ...]) -> torch.Tensor:
+        """A copy of ``value`` on the core's device and dtype (autograd kept)."""
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(np.ascontiguousarray(value))
+        value = torch.as_tensor(value)
+        if tuple(value.shape) != shape:
+            c = self.config
+            raise ValueError(f"{name}: shape {tuple(value.shape)} does not fit the config's "
+                             f"grid (expected {shape} for im={c.im}, jm={c.jm}, kb={c.kb})")
+        return value.to(device=self.device, dtype=self.dtype).clone()
+
+    def _start(self, iint: int, time0: float) -> None:
+        """Step counters and fresh bookkeeping after the state was set."""
+        c = self.config
+        self.iint, self.time0 = iint, time0
+        self.time = c.dti * iint / 86400.0 + time0
+        self.last_good = None
+        self._loop_mode = None
+        self.generation_records = []
+
+    def capture(self) -> dict:
+        """Every field a restore needs to continue bit for bit (the table's
+        "snapshot" category) as fresh detached tensors, with iint and time0."""
+        record = {name: self.state[name].detach().clone() for name in variables.names("snapshot")}
+        return dict(record, iint=self.iint, time0=self.time0, time=self.time)
+
+    def snapshot(self) -> dict:
+        """The time-dependent part of :meth:`capture` (grid arrays left out,
+        as a core of the same config holds them), for generation records."""
+        grid = set(variables.names("grid"))
+        return {k: v for k, v in self.capture().items() if k not in grid}
+
+    def restore(self, record: Mapping) -> None:
+        """Continue from a :meth:`capture` or :meth:`snapshot` record (fresh
+        tensors: nothing is shared with the record); fields a snapshot
+        leaves out (the grid) are kept from this core's state."""
+        missing = [n for n in variables.names("snapshot")
+                   if n not in record and n not in self.state]
+        if missing:
+            raise ValueError(f"restore: the record lacks {', '.join(missing)} and this core "
+                             "has no state yet (run_initialization() first)")
+        arrays = {n: (record[n] if n in record else self.state[n]).detach()
+                  for n in variables.names("snapshot")}
+        period = self.period
+        self.load_state(arrays, iint=int(record["iint"]), time0=float(record.get("time0", 0.0)))
+        if "cor" not in record:
+            self.period = period
+
+    def inject(self, arrays: Mapping) -> None:
+        """Replace the named fields of the current state, keeping autograd
+        (e.g. network-corrected initial conditions); the rest is unchanged."""
+        c = self.config
+        for name, value in arrays.items():
+            if name not in variables.ALL:
+                raise KeyError(f"inject: {name!r} is not a pompy variable")
+            self.state[name] = self._tensor(name, value, variables.shape(name, c.im, c.jm, c.kb))
+
+    def numpy_state(self) -> dict[str, np.ndarray]:
+        """Every variable as a float64 numpy array in pom2k (Fortran) order."""
+        return to_numpy(self.state)
+
+    # ------------------------------------------------------------ time loop
+    def run_time_loop(self, callback: Callable[[Core], None] | None = None) -> None:
+        """pom2k's main loop for iint = self.iint+1 .. self.iend; ``callback(core)``
+        after each step. Raises ModelStop on a velocity or NaN blow-up.
+
+        With ``generation_fast_path`` (data generation: no gradients) the
+        leaf cloning is skipped and, every ``capture_interval`` steps, a
+        detached :meth:`snapshot` is appended to ``generation_records``.
+        Switching between the two modes needs run_initialization() (or
+        load_state/restore) in between (the seed's pitfall 5)."""
+        if not self.state:
+            raise RuntimeError("run_initialization() (or load_state) must come before run_time_loop()")
+        mode = "generation" if self.generation_fast_path else "gradient"
+        if self._loop_mode not in (None, mode):
+            raise RuntimeError(
+                f"this core last ran in {self._loop_mode} mode (generation_fast_path="
+                f"{self._loop_mode == 'generation'}); call run_initialization() or load_state() "
+                f"before running it in {mode} mode, or use a separate core")
+        self._loop_mode = mode
+        if not self.generation_fast_path:
+            # leaf tensors (initial conditions with requires_grad) become
+            # intermediates, so the loop may rebind them freely
+            for name in variables.names("loop_input"):
+                self.state[name] = self.state[name].clone()
+        with torch.no_grad() if self.generation_fast_path else contextlib.nullcontext():
+            for iint in range(self.iint + 1, self.iend + 1):
+                self.step(iint)
+                if self.generation_fast_path and self.capture_interval > 0 \
+                        and iint % self.capture_interval == 0:
+                    self.generation_records.append(self.snapshot())
+                if callback is not None:
+                    callback(self)
+
+    def step(self, iint: int) -> None:
+        """Internal step iint, as one pass of pom2k's main loop; raises the
+        stop of a failed check with ``last_good`` set."""
+        good = self.state
+        time = self.config.dti * float(iint) / 86400.0 + self.time0
+        # what the step reads besides the state, fixed now: a recomputation
+        # in the backward pass (checkpoint="steps") must see the same
+        ramp = min(time / self.period, 1.0) if self.config.lramp else 1.0
+        fixed = (dict(self.params, ramp=ramp), dict(self.routines), self.time0)
+        if self.checkpoint == "steps" and torch.is_grad_enabled():
+            s, vamax, imax, jmax, going = torch_checkpoint(self._advance, good, iint, *fixed,
+                                                           use_reentrant=False,
+                                                           preserve_rng_state=False)
+        else:
+            s, vamax, imax, jmax, going = self._advance(good, iint, *fixed)
+        self.vamax = vamax
+        object.__setattr__(self, "state", s)
+        self.iint, self.time = iint, time
+        if not going:
+            self.last_good = good
+            if vamax > self.config.vmaxl:
+                raise CFLViolation(iint, vamax, int(imax), int(jmax), self.config.vmaxl,
+                                   field=self.external.checked_field)
+            raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
+
+    def _advance(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
+        """One pass of pom2k's main loop on ``state`` (not written), with the
+        parameters ``p`` (ramp set) and ``routines``: the new state, vamax,
+        (imax, jmax) and whether the run may go on. A function of its
+        arguments, so that it can be recomputed (checkpoint="steps")."""
+        c, s = self.config, dict(state)
+        apply(s, p, "surface_forcing", routines=routines)
+        if c.mode != 2:          # in mode 2 the initial aam2d is kept
+            apply(s, p, "advct(a,c,ee)", "baropg", "smagorinsky", "vertical_averages",
+                  routines=routines)
+        s = self.external.external_mode(s, p, routines)
+        # the velocity check: the first value read from the device this
+        # step (a NaN fails it; pom2k's check skips NaN)
+        vamax = float(s.pop("vamax"))
+        imax, jmax = s.pop("imax"), s.pop("jmax")
+        going = vamax <= c.vmaxl
+        if going:
+            if (iint != 1 or time0 != 0.0) and c.mode != 2:
+                s = stepping.internal_step(s, p, routines)
+            s = stepping.end_of_step(s)
+            going = all_finite(s)              # the second value read
+        return s, vamax, imax, jmax, going
+
+    # ------------------------------------------------------------ the drivers' interface
+    def advance(self, last: int, on_step: Callable[[int, float], None] | None = None) -> None:
+        """Steps iint+1..last; ``on_step(iint, vamax)`` after each. On a stop
+        the exception carries the last good state as numpy arrays."""
+        self.iend = last
+        try:
+            self.run_time_loop(None if on_step is None
+                               else lambda core: on_step(core.iint, core.vamax))
+        except ModelStop as exc:
+            exc.last_good = to_numpy(self.last_good)
+            raise

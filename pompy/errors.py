@@ -1,0 +1,58 @@
+"""pompy's exceptions: what stops a run, and why. A leaf module.
+
+ModelStop and its two kinds are raised by the time loop of either core
+(torch or oracle) and carry the step, the field and the place, and
+(after the driver writes it) the restart file of the last good step.
+ConfigError is a bad parameter, raised before anything runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A config parameter that is unknown, of the wrong type or out of range."""
+
+
+class ModelStop(RuntimeError):
+    """The time loop stopped at step ``iint``; ``last_good`` is the state
+    after step iint-1 (pom2k-ordered arrays), ``restart`` its file if written."""
+
+    iint: int
+    last_good: dict | None = None
+    restart: Path | None = None
+
+    def _finish(self, message: str) -> str:
+        if self.restart is not None:
+            message += f"; the last good state (iint={self.iint - 1}) is in {self.restart}"
+        return message
+
+
+class CFLViolation(ModelStop):
+    """pom2k's velocity check failed: vamax > vmaxl."""
+
+    def __init__(self, iint: int, vamax: float, imax: int, jmax: int, vmaxl: float,
+                 restart: Path | None = None, field: str = "vaf"):
+        self.iint, self.vamax, self.imax, self.jmax, self.vmaxl = iint, vamax, imax, jmax, vmaxl
+        self.restart, self.field = restart, field
+        super().__init__(self._finish(
+            f"step iint={iint}: velocity vamax={vamax:.6g} m/s exceeds "
+            f"vmaxl={vmaxl:g} in field {field} at (i, j)=({imax}, {jmax})"))
+
+    def with_restart(self, path: Path) -> CFLViolation:
+        return CFLViolation(self.iint, self.vamax, self.imax, self.jmax, self.vmaxl, path,
+                            self.field)
+
+
+class NonFiniteState(ModelStop):
+    """A field became NaN or infinite (pom2k's velocity check misses NaN)."""
+
+    def __init__(self, iint: int, field: str, where: tuple[int, ...], restart: Path | None = None):
+        self.iint, self.field, self.where, self.restart = iint, field, where, restart
+        place = ", ".join(str(x) for x in where)
+        index = "(i, j)" if len(where) == 2 else "(i, j, k)"
+        super().__init__(self._finish(
+            f"step iint={iint}: field {field} is not finite (NaN or inf) at {index}=({place})"))
+
+    def with_restart(self, path: Path) -> NonFiniteState:
+        return NonFiniteState(self.iint, self.field, self.where, path)
