@@ -179,3 +179,33 @@ def test_smagorinsky_gradient_at_a_uniform_flow_is_finite():
     z = torch.zeros(3, dtype=torch.float64, requires_grad=True)
     torch.sqrt(z).sum().backward()            # what a raw sqrt would give
     assert torch.isinf(z.grad).all()
+
+
+@pytest.mark.parametrize("op, x0, exact", [(safe_sqrt, 0.04, 2.5), (safe_log, 0.04, 25.0),
+                                           (safe_reciprocal, 0.2, -25.0),
+                                           (lambda x, **kw: safe_abs_pow(x, 1.5, **kw), 0.04, 0.3)])
+def test_an_op_without_a_layer_is_exact_and_an_explicit_policy_wins(op, x0, exact):
+    """No layer, no context: the "safety" layer's built-in PROJECT (the exact
+    derivative, not CLAMP's clipped one); an explicit policy= beats a
+    surrounding context, in both directions."""
+    def grad(context=None, **kw):
+        x = torch.tensor([x0], dtype=torch.float64, requires_grad=True)
+        if context is None:
+            op(x, **kw).sum().backward()
+        else:
+            with gradient_policy(context):
+                op(x, **kw).sum().backward()
+        return float(x.grad[0])
+
+    assert grad() == pytest.approx(exact, rel=1e-12)
+    assert grad(P.CLAMP, policy=P.PROJECT) == pytest.approx(exact, rel=1e-12)
+    assert grad(P.PROJECT, policy=P.CLAMP) == pytest.approx(max(-1.0, min(1.0, exact)), rel=1e-12)
+    assert grad(P.PROJECT, policy=P.REJECT) == 0.0
+
+
+def test_abs_pow_with_a_negative_exponent_is_finite_at_zero():
+    x = torch.tensor([0.0, 1e-12, 4.0], dtype=torch.float64, requires_grad=True)
+    y = safe_abs_pow(x, -1.0)
+    assert torch.isfinite(y).all() and float(y[2]) == 0.25 and float(y[0]) == 1.0 / SAFE_SQRT_EPS
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all() and x.grad[0] == 0.0

@@ -15,7 +15,12 @@ What they add is a guard and a backward:
 - the backward multiplies the incoming gradient by the derivative and hands
   the result, with the guard's mask, to pompy.autodiff.policies.apply_policy,
   which applies the policy selected for the op's ``layer`` (the model
-  routine's name: "smagorinsky", "profq", "bottom_drag", "dens", ...).
+  routine's name: "smagorinsky", "profq", "bottom_drag", "dens", ...;
+  "safety" when none is given). Every op takes ``policy=``, the explicit
+  level of the seed's precedence: it wins over a surrounding
+  ``gradient_policy`` context, which wins over the layer's registered or
+  built-in default (PROJECT for pompy's layers and "safety": exact away
+  from the guards).
 
 Guards (eps as in the seed):
 
@@ -32,7 +37,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from pompy.autodiff.policies import apply_policy, policy_override
+from pompy.autodiff.layers import SAFETY_LAYER
+from pompy.autodiff.policies import GradientPolicy, apply_policy, policy_override
 from pompy.ops import sqrt_rn
 
 SAFE_DIV_EPS = 1e-20
@@ -41,11 +47,18 @@ SAFE_LOG_EPS = 1e-12
 
 
 def _policy(ctx, grad: Tensor, bottom: Tensor) -> Tensor:
-    """The gradient policy at the guarded points: the gradient_policy override
-    active in the backward pass, else the one active in the forward pass (a
-    backward run on another thread, as autograd does for CUDA, does not see
-    the caller's context), else the layer's default (apply_policy)."""
-    return apply_policy(grad, bottom, policy=policy_override() or ctx.override, layer=ctx.layer)
+    """The gradient policy at the guarded points: the op's explicit
+    ``policy=``, else the gradient_policy override active in the backward
+    pass, else the one active in the forward pass (a backward run on another
+    thread, as autograd does for CUDA, does not see the caller's context),
+    else the layer's registered or built-in default (apply_policy)."""
+    return apply_policy(grad, bottom, policy=ctx.policy or policy_override() or ctx.override,
+                        layer=ctx.layer)
+
+
+def _remember(ctx, layer: str | None, policy: GradientPolicy | None) -> None:
+    # a safe op called without a layer belongs to the "safety" layer (PROJECT)
+    ctx.layer, ctx.policy, ctx.override = layer or SAFETY_LAYER, policy, policy_override()
 
 
 class _Guarded(torch.autograd.Function):
@@ -54,53 +67,56 @@ class _Guarded(torch.autograd.Function):
     bottom points."""
 
     @staticmethod
-    def forward(x, value, derivative, bottom, layer):
+    def forward(x, value, derivative, bottom, layer, policy):
         return value
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        _, _, derivative, bottom, layer = inputs
+        _, _, derivative, bottom, layer, policy = inputs
         ctx.save_for_backward(derivative, bottom)
-        ctx.layer, ctx.override = layer, policy_override()
+        _remember(ctx, layer, policy)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         derivative, bottom = ctx.saved_tensors
-        return _policy(ctx, grad * derivative, bottom), None, None, None, None
+        return _policy(ctx, grad * derivative, bottom), None, None, None, None, None
 
 
 def _tracked(x: Tensor) -> bool:
     return torch.is_grad_enabled() and x.requires_grad
 
 
-def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None) -> Tensor:
+def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None,
+              policy: GradientPolicy | None = None) -> Tensor:
     """sqrt(x), correctly rounded as pom2k's; 0 where x <= 0 (pom2k takes
     no square root of a negative number; a rounding below zero is not one)."""
     value = sqrt_rn(torch.clamp(x.detach(), min=0.0))
     if not _tracked(x):
         return value
-    return _Guarded.apply(x, value, 0.5 / torch.clamp(value, min=eps), value < eps, layer)
+    return _Guarded.apply(x, value, 0.5 / torch.clamp(value, min=eps), value < eps, layer, policy)
 
 
 def safe_abs_pow(x: Tensor, exponent: float, eps: float = SAFE_SQRT_EPS,
-                 layer: str | None = None) -> Tensor:
-    """|x|**exponent, as pom2k's abs(x)**exponent."""
+                 layer: str | None = None, policy: GradientPolicy | None = None) -> Tensor:
+    """|x|**exponent, as pom2k's abs(x)**exponent; for a negative exponent
+    |x| is held at eps where it is smaller, so the value stays finite."""
     ax = torch.abs(x.detach())
-    value = ax ** exponent
+    value = (torch.clamp(ax, min=eps) if exponent < 0 else ax) ** exponent
     if not _tracked(x):
         return value
     derivative = exponent * torch.clamp(ax, min=eps) ** (exponent - 1.0) * torch.sign(x.detach())
-    return _Guarded.apply(x, value, derivative, ax < eps, layer)
+    return _Guarded.apply(x, value, derivative, ax < eps, layer, policy)
 
 
-def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None) -> Tensor:
+def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None,
+             policy: GradientPolicy | None = None) -> Tensor:
     """log(x); log(eps) where x < eps."""
     xs = torch.clamp(x.detach(), min=eps)
     value = torch.log(xs)
     if not _tracked(x):
         return value
-    return _Guarded.apply(x, value, 1.0 / xs, x.detach() < eps, layer)
+    return _Guarded.apply(x, value, 1.0 / xs, x.detach() < eps, layer, policy)
 
 
 class _Divide(torch.autograd.Function):
@@ -108,14 +124,14 @@ class _Divide(torch.autograd.Function):
     go through the layer's gradient policy."""
 
     @staticmethod
-    def forward(n, d, held, bottom, layer):
+    def forward(n, d, held, bottom, layer, policy):
         return n / held
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        n, d, held, bottom, layer = inputs
+        n, d, held, bottom, layer, policy = inputs
         ctx.save_for_backward(held, output, bottom)
-        ctx.layer, ctx.override = layer, policy_override()
+        _remember(ctx, layer, policy)
         ctx.shapes = n.shape, d.shape
 
     @staticmethod
@@ -127,7 +143,7 @@ class _Divide(torch.autograd.Function):
             gn = _sum_to(_policy(ctx, grad / held, bottom), ctx.shapes[0])
         if ctx.needs_input_grad[1]:
             gd = _sum_to(_policy(ctx, -grad * quotient / held, bottom), ctx.shapes[1])
-        return gn, gd, None, None, None
+        return gn, gd, None, None, None, None
 
 
 def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
@@ -141,7 +157,7 @@ def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
 
 
 def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAFE_DIV_EPS,
-                layer: str | None = None) -> Tensor:
+                layer: str | None = None, policy: GradientPolicy | None = None) -> Tensor:
     """numerator/denominator, rounded once as pom2k's (a Python number over
     a tensor too); the denominator is held at +-eps where |d| < eps."""
     raw = denominator.detach()
@@ -151,9 +167,10 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
         numerator = torch.full_like(raw, float(numerator))
     if not torch.is_grad_enabled() or not (numerator.requires_grad or denominator.requires_grad):
         return numerator / held
-    return _Divide.apply(numerator, denominator, held, bottom, layer)
+    return _Divide.apply(numerator, denominator, held, bottom, layer, policy)
 
 
-def safe_reciprocal(denominator: Tensor, eps: float = SAFE_DIV_EPS, layer: str | None = None) -> Tensor:
+def safe_reciprocal(denominator: Tensor, eps: float = SAFE_DIV_EPS, layer: str | None = None,
+                    policy: GradientPolicy | None = None) -> Tensor:
     """1/denominator, correctly rounded; 1/(+-eps) where |d| < eps."""
-    return safe_divide(1.0, denominator, eps, layer)
+    return safe_divide(1.0, denominator, eps, layer, policy)
