@@ -220,7 +220,7 @@ def test_missing_required_variable(valid):
     without_h = {k: v for k, v in ic.items() if k != "h"}
     path = raw_write(tmp_path / "ic.nc", without_h, {"x": (("x",), np.arange(6.0))})
     with pytest.raises(ValueError, match=re.escape(
-            "required variable 'h' (bottom depth (h <= 1 m: land), m) is missing")):
+            "required variable 'h' (bottom depth, m) is missing")):
         read_ic(path, config)
     path = raw_write(tmp_path / "depth.nc", without_h, {"depth": (("y", "x"), ic["h"].T)})
     with pytest.raises(ValueError, match="unknown variable 'depth'"):
