@@ -58,7 +58,7 @@ def make_model(config: Config, core: str = "explicit", device: str = "cpu",
     else:
         raise ValueError(f"unknown core {core!r}: explicit or oracle")
     if check_cfl:
-        check_external_cfl(config, model.numpy_state())
+        check_external_cfl(config, model.state)     # the set-up's own grid, not a copy
     if restart is not None:
         saved = read_restart(restart)
         model.load_state(model.numpy_state() | saved.state, iint=saved.iint, time0=saved.time0)

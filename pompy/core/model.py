@@ -212,14 +212,17 @@ class Core:
     def capture(self) -> dict:
         """Every field a restore needs to continue bit for bit (the table's
         "snapshot" category) as fresh detached tensors, with iint and time0."""
-        record = {name: self.state[name].detach().clone() for name in variables.names("snapshot")}
-        return dict(record, iint=self.iint, time0=self.time0, time=self.time)
+        return self._record(variables.names("snapshot"))
 
     def snapshot(self) -> dict:
         """The time-dependent part of :meth:`capture` (grid arrays left out,
         as a core of the same config holds them), for generation records."""
         grid = set(variables.names("grid"))
-        return {k: v for k, v in self.capture().items() if k not in grid}
+        return self._record([n for n in variables.names("snapshot") if n not in grid])
+
+    def _record(self, names: list[str]) -> dict:
+        record = {name: self.state[name].detach().clone() for name in names}
+        return dict(record, iint=self.iint, time0=self.time0, time=self.time)
 
     def restore(self, record: Mapping) -> None:
         """Continue from a :meth:`capture` or :meth:`snapshot` record (fresh
