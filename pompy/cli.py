@@ -7,10 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 
-from pompy.config import DERIVED, Config, load_config
+from pompy.config import DERIVED, Config, load_config, pom2k_fields
 from pompy.errors import ConfigError, ModelStop
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
@@ -140,8 +139,11 @@ def compare(args: argparse.Namespace) -> int:
 
 def show_config(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
-    rows = [(f.name, getattr(config, f.name), f.metadata["doc"]) for f in fields(config)]
+    rows = [(f.name, getattr(config, f.name), f.metadata["doc"]) for f in pom2k_fields()]
     rows += [(name, getattr(config, name), "derived: " + getattr(Config, name).__doc__) for name in DERIVED]
     for name, value, doc in rows:
         print(f"{name:<9} = {value!r:<12} ! {doc}")
+    policies = config.policies.to_dict()
+    print(f"gradient policies: override {policies['override'] or 'none'}; layers "
+          + (", ".join(f"{k}={v}" for k, v in policies["layers"].items()) or "built-in defaults"))
     return 0

@@ -4,6 +4,15 @@ Configs are Fortran namelists (any group name, e.g. ``&pom2k``). A ``Config`` is
 when it is made: a wrong type or an impossible value raises ``ConfigError`` naming the
 parameter, the value and what is allowed. The external CFL limit needs the grid, so it is
 checked on the set-up (pompy.core.setup.check_external_cfl), not here.
+
+One group is not pom2k's: ``&gradient_policy`` gives the gradient policies of the run's
+core (``Config.policies``, a pompy.autodiff.policies.GradientPolicyConfig): ``override``
+for every layer, and a policy per layer name, each explicit for that layer::
+
+    &gradient_policy
+        override = 'project'
+        profq = 'passthrough'
+    /
 """
 
 from __future__ import annotations
@@ -20,7 +29,10 @@ from typing import Any
 import f90nml
 import numpy as np
 
+from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.errors import ConfigError
+
+POLICY_GROUP = "gradient_policy"
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -74,10 +86,15 @@ class Config:
     smoth: float = _param(0.1, "Asselin time filter weight (dimensionless)")
     alpha: float = _param(0.225, "weight of the surface slope term in the external mode (dimensionless)")
     aam_init: float = _param(500.0, "initial horizontal viscosity aam (m2 s-1)")
+    policies: GradientPolicyConfig = field(
+        default_factory=GradientPolicyConfig,
+        metadata={"doc": "gradient policies of the core (namelist group &gradient_policy)",
+                  "group": POLICY_GROUP})
 
     def __post_init__(self) -> None:
-        for f in fields(self):
+        for f in pom2k_fields():
             object.__setattr__(self, f.name, _coerce(f, getattr(self, f.name)))
+        object.__setattr__(self, "policies", _policies(self.policies))
         if self.kl2 is None:
             object.__setattr__(self, "kl2", self.kb - 2)
         validate(self)
@@ -94,9 +111,19 @@ class Config:
                 raise ConfigError(f"unknown parameter {name!r}{hint}")
         return cls(**lowered)
 
+    def pom2k(self) -> dict[str, Any]:
+        """pom2k's parameters by name (the policies left out)."""
+        return {f.name: getattr(self, f.name) for f in pom2k_fields()}
+
     def to_namelist(self) -> f90nml.Namelist:
-        """The config as an f90nml namelist, group ``&pom2k``; write it with ``.write(path)``."""
-        return f90nml.Namelist({"pom2k": dataclasses.asdict(self)})
+        """The config as an f90nml namelist, group ``&pom2k`` (and ``&gradient_policy``
+        when it sets a policy); write it with ``.write(path)``."""
+        groups = {"pom2k": self.pom2k()}
+        policies = self.policies.to_dict()
+        if policies["override"] is not None or policies["layers"]:
+            groups[POLICY_GROUP] = {k: v for k, v in (("override", policies["override"]),
+                                                      *policies["layers"].items()) if v is not None}
+        return f90nml.Namelist(groups)
 
     # pom2k's derived quantities
     @property
@@ -173,6 +200,28 @@ _KINDS = {"bool": bool, "int": int, "int | None": int, "float": float, "str": st
 _TYPE_NAMES = {bool: "a logical (.true./.false.)", int: "an integer", float: "a real number", str: "a string"}
 
 
+def pom2k_fields() -> tuple[dataclasses.Field, ...]:
+    """The fields of Config that are pom2k parameters."""
+    return tuple(f for f in fields(Config) if "group" not in f.metadata)
+
+
+def _policies(value: Any) -> GradientPolicyConfig:
+    """The &gradient_policy group as a GradientPolicyConfig: 'override' and
+    one entry per layer, or a GradientPolicyConfig / its to_dict() form."""
+    if isinstance(value, GradientPolicyConfig):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"&{POLICY_GROUP}: expected a group of NAME = 'policy' entries, "
+                          f"got {value!r}")
+    data = dict(value)
+    if "layers" not in data:           # the namelist form: layers at the top level
+        data = {"override": data.pop("override", None), "layers": data}
+    try:
+        return GradientPolicyConfig.from_dict(data)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"&{POLICY_GROUP}: {err}") from err
+
+
 def _coerce(f: dataclasses.Field, value: Any) -> Any:
     """The value converted to the field's type (None stays None where that is the default)."""
     kind = _KINDS[f.type]
@@ -247,7 +296,7 @@ BOUNDARY_FACTORS = {"rfe": 1.0, "rfw": 1.0, "rfn": 1.0, "rfs": 1.0}
 def parameters(config: Config) -> dict:
     """The scalars the model routines take, by pom2k name: every parameter,
     the derived time steps and the boundary factors (ramp=1 until a step sets it)."""
-    params = dataclasses.asdict(config)
+    params = config.pom2k()
     params.update(BOUNDARY_FACTORS, lramp=int(config.lramp), dti=config.dti,
                   dti2=config.dti2, dte2=config.dte2, ramp=1.0)
     return params
@@ -278,12 +327,20 @@ def read_namelist(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config {path}: {err}") from err
     values: dict[str, Any] = {}
     for group, bodies in nml.items():
-        for body in bodies if isinstance(bodies, list) else [bodies]:
+        if group == POLICY_GROUP:
+            values["policies"] = {name: value for body in _bodies(bodies)
+                                  for name, value in body.items()}
+            continue
+        for body in _bodies(bodies):
             for name, value in body.items():
                 if name in values:
                     raise ConfigError(f"{name} is set more than once in {path} (group &{group})")
                 values[name] = value
     return values
+
+
+def _bodies(bodies) -> list:
+    return bodies if isinstance(bodies, list) else [bodies]
 
 
 def parse_overrides(overrides: Mapping[str, Any] | Iterable[str] | None) -> dict[str, Any]:

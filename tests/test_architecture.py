@@ -109,7 +109,9 @@ def test_layers_point_down():
     for leaf in ("pompy.errors", "pompy.variables", "pompy.calls", "pompy.ops",
                  "pompy.autodiff.layers", "pompy.oracle.build"):
         assert graph[leaf] == set(), (leaf, graph[leaf])
-    assert reach("pompy.config") <= {"pompy.errors"}
+    # a config holds its gradient policies (&gradient_policy), nothing of the model
+    assert reach("pompy.config") <= {"pompy.errors", "pompy.autodiff.policies",
+                                     "pompy.autodiff.layers"}
     for core in ("pompy.core.model", "pompy.core.explicit", "pompy.core.stepping"):
         assert not reach(core) & {"pompy.driver", "pompy.cli", "pompy.oracle.driver"}, core
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.config import Config, ConfigError, load_config, nint, parse_overrides
 from pompy.core.setup import check_external_cfl
 from pompy.icfile import write_ic
@@ -28,8 +29,9 @@ def rejected(**values) -> str:
 
 
 def test_defaults_are_pom2k_defaults():
-    assert dataclasses.asdict(Config()) == POM2K_DEFAULTS
+    assert Config().pom2k() == POM2K_DEFAULTS
     assert all(f.metadata["doc"] for f in dataclasses.fields(Config))
+    assert Config().policies == GradientPolicyConfig()
 
 
 def test_derived_quantities():

@@ -53,3 +53,22 @@ def test_non_finite_gradients_are_flagged(caplog):
         norms = log_gradient_norms([("a", a), ("b", b)])
     assert math.isnan(norms["b"]) and "not finite: global, b" in caplog.text
     assert caplog.records[-1].levelno == logging.WARNING
+
+
+def test_a_non_finite_gradient_skips_the_step_and_names_the_parameter(caplog):
+    """Clipping a NaN would make every gradient NaN: the step is skipped
+    instead (gradients cleared, so an optimizer leaves the parameters as
+    they are) and the warning names the parameter."""
+    a, b = params_with_grads()
+    b.grad[1] = float("nan")
+    weights = (a.detach().clone(), b.detach().clone())
+    optimizer = torch.optim.Adam([a, b], lr=0.1)
+    with caplog.at_level(logging.INFO, logger="pompy.gradients"):
+        norm = clip_gradients([("encoder.a", a), ("decoder.b", b)])
+    assert math.isnan(norm) and a.grad is None and b.grad is None
+    assert "non-finite gradient in decoder.b" in caplog.text and "encoder.a" not in caplog.text
+    optimizer.step()
+    assert torch.equal(a, weights[0]) and torch.equal(b, weights[1])
+    a, b = params_with_grads()
+    a.grad[0] = float("inf")
+    assert math.isinf(clip_gradients([a, b])) and "parameter 0" in caplog.text

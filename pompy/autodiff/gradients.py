@@ -21,15 +21,41 @@ GRAD_CLIP_NORM = 1.0
 _LOG = logging.getLogger("pompy.gradients")
 
 
-def clip_gradients(parameters: Iterable[Tensor], grad_clip_norm: float | None = GRAD_CLIP_NORM) -> float | None:
-    """Clip the global gradient norm of ``parameters`` to ``grad_clip_norm``
-    (torch.nn.utils.clip_grad_norm_); None or <= 0 turns clipping off. Returns
-    the global norm before clipping, or None when clipping is off or no
-    parameter has a gradient."""
-    params = [p for p in parameters if p.grad is not None]
-    if grad_clip_norm is None or float(grad_clip_norm) <= 0 or not params:
+def clip_gradients(parameters: Iterable[Tensor] | Iterable[tuple[str, Tensor]],
+                   grad_clip_norm: float | None = GRAD_CLIP_NORM,
+                   logger: logging.Logger | None = None) -> float | None:
+    """Clip the global gradient norm of ``parameters`` (tensors, or
+    ``(name, tensor)`` pairs as ``module.named_parameters()`` gives) to
+    ``grad_clip_norm`` (torch.nn.utils.clip_grad_norm_); None or <= 0 turns
+    clipping off. Returns the global norm before clipping, or None when
+    clipping is off or no parameter has a gradient.
+
+    A non-finite gradient would make every clipped gradient NaN. Instead the
+    step is skipped: a warning names the parameters whose gradient is not
+    finite, every gradient is cleared (``p.grad = None``: optimizers leave
+    such parameters unchanged) and the non-finite norm is returned, for the
+    caller to count (under DDP every rank sees the same averaged gradients,
+    so all ranks skip together)."""
+    named = [(item if isinstance(item, tuple) else (f"parameter {i}", item))
+             for i, item in enumerate(parameters)]
+    named = [(name, p) for name, p in named if p.grad is not None]
+    if grad_clip_norm is None or float(grad_clip_norm) <= 0 or not named:
         return None
-    return float(torch.nn.utils.clip_grad_norm_(params, max_norm=float(grad_clip_norm)))
+    params = [p for _, p in named]
+    if _all_finite(params):
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm=float(grad_clip_norm)))
+    norm = float(torch.linalg.vector_norm(torch.stack(
+        [torch.linalg.vector_norm(p.grad.detach().double()) for p in params])))
+    bad = [name for name, p in named if not bool(torch.isfinite(p.grad).all())]
+    (logger or _LOG).warning(f"pompy: non-finite gradient in {', '.join(bad)} (global norm "
+                             f"{norm}); optimizer step skipped, gradients cleared")
+    for p in params:
+        p.grad = None
+    return norm
+
+
+def _all_finite(params: list[Tensor]) -> bool:
+    return bool(torch.stack([torch.isfinite(p.grad).all() for p in params]).all())
 
 
 def gradient_norms(named_parameters: Iterable[tuple[str, Tensor]]) -> dict[str, float]:

@@ -29,11 +29,34 @@ PASSTHROUGH  unchanged           unchanged (inf and NaN included; debugging)
 ===========  ==================  =============================================
 
 Selection precedence (:func:`selected_policy`): an explicit ``policy``
-argument, then the active :func:`gradient_policy` context override, then
-the policy registered for the layer (:func:`register_policy`), then the
-layer's built-in policy (:data:`BUILTIN_POLICIES`), then CLAMP.
-A layer that passes ``policy=`` explicitly therefore stays stronger than a
-surrounding context.
+argument, then the layer's entry in an active :func:`layer_policies` block
+(what a core's ``policies=`` sets up: explicit for that layer), then the
+active :func:`gradient_policy` context override, then the policy
+registered for the layer (:func:`register_policy`), then the layer's
+built-in policy (:data:`BUILTIN_POLICIES`), then CLAMP. A layer given a
+policy explicitly therefore stays stronger than a surrounding context.
+
+Forward and backward pass. The safe ops run the selection when their
+backward runs, from what they recorded in the forward pass; in order:
+
+1. the op's ``policy=``, else its layer's :func:`layer_policies` entry
+   (recorded in the forward pass);
+2. the :func:`gradient_policy` override active in the forward pass
+   (recorded);
+3. the override active where the backward runs;
+4. the registered, then built-in default of the layer; then CLAMP.
+
+What the forward pass recorded wins because it travels with the graph:
+autograd runs a CUDA backward on its own device threads, which see no
+context of the caller's, so a context around ``loss.backward()`` alone
+reaches the ops there only on the CPU. A policy set in the forward pass
+(a context around the forward, a core's ``policies=``, an op's
+``policy=``) gives the same gradients on every device and thread; a
+context around the backward fills in where the forward set none (the
+seed's usage). Non-reentrant checkpointing keeps the forward pass's graph
+(the recomputation only refills saved tensors), so what it recorded holds
+there too. :func:`captured_policies` and :func:`policies_in_force` carry
+the policies in force to code run later (a core's step).
 
 The context override is context-local (:mod:`contextvars`): an asyncio task
 inherits the override active when it is created and then keeps its own
@@ -79,7 +102,11 @@ __all__ = [
     "GradientPolicyConfig",
     "POLICY_REGISTRY",
     "apply_policy",
+    "captured_policies",
+    "explicit_policy",
     "gradient_policy",
+    "layer_policies",
+    "policies_in_force",
     "policy_override",
     "policy_registry_snapshot",
     "register_policy",
@@ -155,6 +182,60 @@ def policy_override() -> GradientPolicy | None:
     """The override of the innermost active :func:`gradient_policy` in this
     context, or None."""
     return _OVERRIDE.get()
+
+
+_NO_LAYERS: Mapping[str, GradientPolicy] = types.MappingProxyType({})
+_LAYERS: contextvars.ContextVar[Mapping[str, GradientPolicy]] = contextvars.ContextVar(
+    "pompy_layer_policies", default=_NO_LAYERS)
+
+
+@contextlib.contextmanager
+def layer_policies(layers: Mapping[str, GradientPolicy]) -> Iterator[Mapping[str, GradientPolicy]]:
+    """Give the layers of LAYERS (layer -> policy, keys normalised as in
+    :func:`register_policy`) an explicit policy while the block runs: an op
+    of such a layer behaves as if called with ``policy=``, so the policy
+    holds inside a surrounding :func:`gradient_policy` context (how a core's
+    ``policies=`` opts a layer out of one). Context-local like the
+    override; blocks nest, inner entries win. Yields the mapping in force."""
+    merged = types.MappingProxyType({**_LAYERS.get(), **_validated_registry(layers)})
+    token = _LAYERS.set(merged)
+    try:
+        yield merged
+    finally:
+        _LAYERS.reset(token)
+
+
+def explicit_policy(layer: str | None = None,
+                    policy: GradientPolicy | None = None) -> GradientPolicy | None:
+    """The explicit level of the precedence for an op of LAYER: POLICY if
+    given, else LAYER's entry in the active :func:`layer_policies`, else
+    None. A safe op records it in its forward pass."""
+    if policy is not None:
+        return _check_policy(policy)
+    if layer is None:
+        return None
+    return _LAYERS.get().get(_layer_key(layer))
+
+
+def captured_policies() -> tuple[GradientPolicy | None, Mapping[str, GradientPolicy]]:
+    """The override and the layer policies in force here, for
+    :func:`policies_in_force` (a checkpointed recomputation runs under what
+    its forward pass saw)."""
+    return _OVERRIDE.get(), _LAYERS.get()
+
+
+@contextlib.contextmanager
+def policies_in_force(captured: tuple[GradientPolicy | None, Mapping[str, GradientPolicy]]
+                      ) -> Iterator[None]:
+    """Run the block under the override and layer policies of
+    :func:`captured_policies` (an override of None: none)."""
+    override, layers = captured
+    tokens = _OVERRIDE.set(override), _LAYERS.set(layers)
+    try:
+        yield
+    finally:
+        _LAYERS.reset(tokens[1])
+        _OVERRIDE.reset(tokens[0])
 
 
 # --------------------------------------------------------------------------
@@ -243,12 +324,13 @@ def restore_policy_registry(snapshot: Mapping[str, GradientPolicy]) -> Mapping[s
 # --------------------------------------------------------------------------
 
 def selected_policy(layer: str | None = None, policy: GradientPolicy | None = None) -> GradientPolicy:
-    """The policy the precedence rules pick: POLICY if given, else the active
-    context override, else LAYER's registered default, else CLAMP.
+    """The policy the precedence rules pick: POLICY if given, else LAYER's
+    entry in the active :func:`layer_policies`, else the active context
+    override, else LAYER's registered, then built-in default, else CLAMP.
 
     Call it outside a ``torch.compile`` region when POLICY is None (the
-    context override is not readable there; with ``fullgraph=True`` the
-    compilation fails with a message saying so).
+    context is not readable there; with ``fullgraph=True`` the compilation
+    fails with a message saying so).
     """
     if policy is not None:
         return _check_policy(policy)
@@ -258,6 +340,8 @@ def selected_policy(layer: str | None = None, policy: GradientPolicy | None = No
             "the gradient policy cannot be selected inside torch.compile (Dynamo cannot read "
             "the context-local override); call selected_policy(layer) outside the compiled "
             "region and pass the result as policy=")
+    if key is not None and key in _LAYERS.get():
+        return _LAYERS.get()[key]
     override = _OVERRIDE.get()
     if override is not None:
         return override

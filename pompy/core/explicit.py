@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.config import Config
 from pompy.core.external.split import SplitExplicit
 from pompy.core.model import Core
@@ -20,6 +21,6 @@ class ExplicitCore(Core):
 
     def __init__(self, config: Config, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float64, compile: bool = False,
-                 checkpoint: str | None = None):
+                 checkpoint: str | None = None, policies: GradientPolicyConfig | None = None):
         super().__init__(config, SplitExplicit(), device=device, dtype=dtype, compile=compile,
-                         checkpoint=checkpoint)
+                         checkpoint=checkpoint, policies=policies)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -41,6 +42,8 @@ import torch
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from pompy import variables
+from pompy.autodiff.policies import (GradientPolicyConfig, captured_policies, layer_policies,
+                                     policies_in_force)
 from pompy.calls import apply
 from pompy.config import Config, parameters
 from pompy.core import setup, stepping
@@ -73,7 +76,9 @@ def _compiled(fn: Callable) -> Callable:
 
 def _checkpointed(fn: Callable) -> Callable:
     """fn, recomputed in the backward pass (non-reentrant torch checkpoint)
-    when gradients are on."""
+    when gradients are on. The backward runs on the graph of the forward
+    pass (the recomputation only refills its saved tensors), so the
+    gradient policies are those the forward pass recorded."""
     @functools.wraps(fn)
     def wrapper(**kwargs):
         if not torch.is_grad_enabled():
@@ -110,11 +115,13 @@ class Core:
 
     def __init__(self, config: Config, external, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float64, compile: bool = False,
-                 checkpoint: str | None = None):
+                 checkpoint: str | None = None, policies: GradientPolicyConfig | None = None):
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
         if checkpoint not in CHECKPOINTS:
             raise ValueError(f"checkpoint={checkpoint!r}: one of {CHECKPOINTS}")
+        if policies is not None and not isinstance(policies, GradientPolicyConfig):
+            raise TypeError(f"policies must be a GradientPolicyConfig, got {type(policies).__name__}")
         object.__setattr__(self, "state", {})
         self.external = external
         # torch.compile each physics routine (not the main-loop sections,
@@ -128,6 +135,10 @@ class Core:
             self.routines = {name: (_checkpointed(fn) if name in HEAVY else fn)
                              for name, fn in self.routines.items()}
         self.config = config
+        # the gradient policies of this core's steps (default: the config's
+        # &gradient_policy group): override as a gradient_policy context
+        # around each step, layers explicit for their layer
+        self.policies = config.policies if policies is None else policies
         self.device = torch.device(device)
         self.dtype = dtype
         self.params = parameters(config)
@@ -156,6 +167,8 @@ class Core:
 
     def __setattr__(self, name, value):
         if name in variables.ALL:
+            if torch.is_tensor(value) and (value.dtype, value.device) != (self.dtype, self.device):
+                value = self._tensor(name, value, tuple(value.shape))
             self.state[name] = value
         else:
             object.__setattr__(self, name, value)
@@ -190,7 +203,9 @@ class Core:
         self._start(iint, time0)
 
     def _tensor(self, name: str, value, shape: tuple[int, ...]) -> torch.Tensor:
-        """A copy of ``value`` on the core's device and dtype (autograd kept)."""
+        """A copy of ``value`` on the core's device and dtype (autograd kept:
+        a tensor that requires grad in another dtype is converted with a
+        warning, its gradient then flows back through the rounding)."""
         if isinstance(value, np.ndarray):
             value = torch.from_numpy(np.ascontiguousarray(value))
         value = torch.as_tensor(value)
@@ -198,6 +213,10 @@ class Core:
             c = self.config
             raise ValueError(f"{name}: shape {tuple(value.shape)} does not fit the config's "
                              f"grid (expected {shape} for im={c.im}, jm={c.jm}, kb={c.kb})")
+        if value.requires_grad and value.dtype != self.dtype:
+            warnings.warn(f"pompy: {name} is {value.dtype} and requires grad; this {self.dtype} "
+                          f"core converts it (its gradient comes back through the conversion)",
+                          stacklevel=3)
         return value.to(device=self.device, dtype=self.dtype).clone()
 
     def _start(self, iint: int, time0: float) -> None:
@@ -294,7 +313,9 @@ class Core:
         # what the step reads besides the state, fixed now: a recomputation
         # in the backward pass (checkpoint="steps") must see the same
         ramp = min(time / self.period, 1.0) if self.config.lramp else 1.0
-        fixed = (dict(self.params, ramp=ramp), dict(self.routines), self.time0)
+        with self.policies.activate(), layer_policies(self.policies.layers):
+            policies = captured_policies()
+        fixed = (dict(self.params, ramp=ramp), dict(self.routines), self.time0, policies)
         if self.checkpoint == "steps" and torch.is_grad_enabled():
             s, vamax, imax, jmax, going = torch_checkpoint(self._advance, good, iint, *fixed,
                                                            use_reentrant=False,
@@ -311,11 +332,17 @@ class Core:
                                    field=self.external.checked_field)
             raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
 
-    def _advance(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
+    def _advance(self, state: dict, iint: int, p: dict, routines: dict, time0: float,
+                 policies: tuple) -> tuple:
         """One pass of pom2k's main loop on ``state`` (not written), with the
-        parameters ``p`` (ramp set) and ``routines``: the new state, vamax,
-        (imax, jmax) and whether the run may go on. A function of its
-        arguments, so that it can be recomputed (checkpoint="steps")."""
+        parameters ``p`` (ramp set), ``routines`` and gradient ``policies``
+        (captured_policies): the new state, vamax, (imax, jmax) and whether
+        the run may go on. A function of its arguments, so that it can be
+        recomputed (checkpoint="steps")."""
+        with policies_in_force(policies):
+            return self._pass(state, iint, p, routines, time0)
+
+    def _pass(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
         c, s = self.config, dict(state)
         apply(s, p, "surface_forcing", routines=routines)
         if c.mode != 2:          # in mode 2 the initial aam2d is kept

@@ -20,7 +20,15 @@ What they add is a guard and a backward:
   level of the seed's precedence: it wins over a surrounding
   ``gradient_policy`` context, which wins over the layer's registered or
   built-in default (PROJECT for pompy's layers and "safety": exact away
-  from the guards).
+  from the guards). Which policy wins when the forward and the backward
+  pass ran under different contexts: pompy.autodiff.policies, "Forward
+  and backward pass";
+- forward mode (torch.autograd.forward_ad, torch.func.jvp/jacfwd): the
+  tangent is the input's tangent times the same derivative, under the
+  same policy at the same guarded points, so forward and reverse mode give
+  one Jacobian. CLAMP is refused there (it clips reverse-mode products,
+  which no tangent reproduces); PROJECT, REJECT and PASSTHROUGH are
+  linear and allowed. Second derivatives are refused (once_differentiable).
 
 Guards (eps as in the seed):
 
@@ -35,10 +43,12 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
 from pompy.autodiff.layers import SAFETY_LAYER
-from pompy.autodiff.policies import GradientPolicy, apply_policy, policy_override
+from pompy.autodiff.policies import (GradientPolicy, apply_policy, explicit_policy,
+                                     policy_override, selected_policy)
 from pompy.ops import sqrt_rn
 
 SAFE_DIV_EPS = 1e-20
@@ -47,24 +57,43 @@ SAFE_LOG_EPS = 1e-12
 
 
 def _policy(ctx, grad: Tensor, bottom: Tensor) -> Tensor:
-    """The gradient policy at the guarded points: the op's explicit
-    ``policy=``, else the gradient_policy override active in the backward
-    pass, else the one active in the forward pass (a backward run on another
-    thread, as autograd does for CUDA, does not see the caller's context),
-    else the layer's registered or built-in default (apply_policy)."""
-    return apply_policy(grad, bottom, policy=ctx.policy or policy_override() or ctx.override,
+    """The gradient policy at the guarded points, by the rule of
+    pompy.autodiff.policies ("Forward and backward pass"): what the forward
+    pass recorded (the op's explicit policy, else its layer's entry in
+    layer_policies, else the gradient_policy override), else the override
+    active where the backward runs, else the layer's registered or built-in
+    default (apply_policy)."""
+    return apply_policy(grad, bottom, policy=ctx.policy or ctx.override or policy_override(),
                         layer=ctx.layer)
+
+
+def _tangent_policy(ctx, tangent: Tensor, bottom: Tensor) -> Tensor:
+    """The forward-mode counterpart of :func:`_policy` (the tangent is
+    computed in the forward pass, so the forward pass's context applies).
+    PROJECT, REJECT and PASSTHROUGH are linear in the gradient, so forward
+    and reverse mode give the same Jacobian; CLAMP clips each reverse-mode
+    product grad*derivative, which no tangent reproduces: refused."""
+    chosen = selected_policy(ctx.layer, ctx.policy or ctx.override)
+    if chosen is GradientPolicy.CLAMP:
+        raise RuntimeError(
+            f"pompy: forward-mode AD is not defined under the CLAMP gradient policy (layer "
+            f"{ctx.layer!r}): CLAMP clips reverse-mode products, which no tangent can reproduce; "
+            "use PROJECT, REJECT or PASSTHROUGH (policy=, gradient_policy() or register_policy)")
+    return apply_policy(tangent, bottom, policy=chosen)
 
 
 def _remember(ctx, layer: str | None, policy: GradientPolicy | None) -> None:
     # a safe op called without a layer belongs to the "safety" layer (PROJECT)
-    ctx.layer, ctx.policy, ctx.override = layer or SAFETY_LAYER, policy, policy_override()
+    ctx.layer = layer or SAFETY_LAYER
+    ctx.policy, ctx.override = explicit_policy(ctx.layer, policy), policy_override()
 
 
 class _Guarded(torch.autograd.Function):
     """y = value; dy/dx = derivative (both computed by the caller from the
-    guarded input); the backward applies the layer's gradient policy at the
-    bottom points."""
+    guarded input); the backward, and the forward-mode jvp, apply the
+    layer's gradient policy at the bottom points."""
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x, value, derivative, bottom, layer, policy):
@@ -74,6 +103,7 @@ class _Guarded(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         _, _, derivative, bottom, layer, policy = inputs
         ctx.save_for_backward(derivative, bottom)
+        ctx.save_for_forward(derivative, bottom)
         _remember(ctx, layer, policy)
 
     @staticmethod
@@ -82,9 +112,20 @@ class _Guarded(torch.autograd.Function):
         derivative, bottom = ctx.saved_tensors
         return _policy(ctx, grad * derivative, bottom), None, None, None, None, None
 
+    @staticmethod
+    def jvp(ctx, x_t, value_t, derivative_t, bottom_t, layer_t, policy_t):
+        derivative, bottom = ctx.saved_tensors
+        return _tangent_policy(ctx, x_t * derivative, bottom)
+
+
+def _has_tangent(x: Tensor) -> bool:
+    """True for a forward-mode dual tensor (torch.autograd.forward_ad, or
+    torch.func.jvp's inputs and everything computed from them)."""
+    return forward_ad.unpack_dual(x).tangent is not None
+
 
 def _tracked(x: Tensor) -> bool:
-    return torch.is_grad_enabled() and x.requires_grad
+    return (torch.is_grad_enabled() and x.requires_grad) or _has_tangent(x)
 
 
 def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None,
@@ -121,7 +162,10 @@ def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None,
 
 class _Divide(torch.autograd.Function):
     """n/d, with d held at +-eps at the bottom points; both input gradients
-    go through the layer's gradient policy."""
+    (and the tangent, in forward mode) go through the layer's gradient
+    policy."""
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(n, d, held, bottom, layer, policy):
@@ -131,6 +175,7 @@ class _Divide(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         n, d, held, bottom, layer, policy = inputs
         ctx.save_for_backward(held, output, bottom)
+        ctx.save_for_forward(held, output, bottom)
         _remember(ctx, layer, policy)
         ctx.shapes = n.shape, d.shape
 
@@ -144,6 +189,16 @@ class _Divide(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             gd = _sum_to(_policy(ctx, -grad * quotient / held, bottom), ctx.shapes[1])
         return gn, gd, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, n_t, d_t, held_t, bottom_t, layer_t, policy_t):
+        held, quotient, bottom = ctx.saved_tensors
+        tangent = torch.zeros_like(quotient)
+        if n_t is not None:
+            tangent = tangent + n_t / held
+        if d_t is not None:
+            tangent = tangent - d_t * quotient / held
+        return _tangent_policy(ctx, tangent, bottom)
 
 
 def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
@@ -165,7 +220,7 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
     held = torch.where(bottom, torch.copysign(torch.full_like(raw, eps), raw), raw)
     if not torch.is_tensor(numerator):
         numerator = torch.full_like(raw, float(numerator))
-    if not torch.is_grad_enabled() or not (numerator.requires_grad or denominator.requires_grad):
+    if not (_tracked(numerator) or _tracked(denominator)):
         return numerator / held
     return _Divide.apply(numerator, denominator, held, bottom, layer, policy)
 
