@@ -41,6 +41,10 @@ How a case is built (:func:`check_gradients`):
   land). abs at an exact 0 (advt2's upwind fluxes of masked velocities) is
   no trouble: torch's abs'(0) = 0 is the central difference there.
 
+Forward mode: every case also computes one directional derivative with
+torch.autograd.forward_ad and checks it against the reverse-mode gradient
+(:func:`assert_forward_mode_matches`, 1e-10; measured <= 1e-14).
+
 Whole steps (:func:`test_two_internal_steps_gradcheck`): ExplicitCore on
 an 8x7x5 seamount, 2 internal steps with their external passes, w.r.t.
 the initial el, elb, t, tb, u, ub set on the core as leaf tensors, and
