@@ -3,14 +3,22 @@
 ModelStop and its two kinds are raised by the time loop of either core
 (torch or oracle) and carry the step, the field and the place, and
 (after the driver writes it) the restart file of the last good step.
-ConfigError is a bad parameter, raised before anything runs.
+InputError is any bad input a user gave (ConfigError: a bad parameter),
+raised before anything runs.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 
-class ConfigError(ValueError):
+class InputError(ValueError):
+    """Bad input a user gave (a file, a flag, a folder): the command line
+    prints ``pompy: <message>`` and exits 2. The message names what was
+    wrong (the file, the variable, the place) and, where it helps, what
+    would be right."""
+
+
+class ConfigError(InputError):
     """A config parameter that is unknown, of the wrong type or out of range."""
 
 
