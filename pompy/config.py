@@ -1,9 +1,12 @@
 """Run configuration: every pom2k parameter under its pom2k name, with pom2k's default.
 
-Configs are Fortran namelists (any group name, e.g. ``&pom2k``). A ``Config`` is checked
-when it is made: a wrong type or an impossible value raises ``ConfigError`` naming the
-parameter, the value and what is allowed. The external CFL limit needs the grid, so it is
-checked on the set-up (pompy.core.setup.check_external_cfl), not here.
+Configs are Fortran namelists (any group name, e.g. ``&pom2k``); a file with no group that
+sets a pom2k parameter (empty, YAML, binary, not namelist syntax) is refused, naming the file.
+``--set NAME=VALUE`` overrides one parameter each (parse_override); namelist_literal writes a
+value back as a namelist literal. A ``Config`` is checked when it is made: a wrong type or an
+impossible value raises ``ConfigError`` naming the parameter, the value and what is allowed.
+The external CFL limit needs the grid, so it is checked on the set-up
+(pompy.core.setup.check_external_cfl), not here.
 
 One group is not pom2k's: ``&gradient_policy`` gives the gradient policies of the run's
 core (``Config.policies``, a pompy.autodiff.policies.GradientPolicyConfig): ``override``
@@ -17,10 +20,14 @@ for every layer, and a policy per layer name, each explicit for that layer::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import io
 import math
 import numbers
+import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -106,9 +113,7 @@ class Config:
         lowered = {str(name).lower(): value for name, value in values.items()}
         for name in lowered:
             if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known parameters: {', '.join(known)}"
-                raise ConfigError(f"unknown parameter {name!r}{hint}")
+                raise ConfigError(unknown_parameter(name, known))
         return cls(**lowered)
 
     def pom2k(self) -> dict[str, Any]:
@@ -116,13 +121,14 @@ class Config:
         return {f.name: getattr(self, f.name) for f in pom2k_fields()}
 
     def to_namelist(self) -> f90nml.Namelist:
-        """The config as an f90nml namelist, group ``&pom2k`` (and ``&gradient_policy``
-        when it sets a policy); write it with ``.write(path)``."""
-        groups = {"pom2k": self.pom2k()}
+        """The config as an f90nml namelist, group ``&pom2k`` in the order of the table (and
+        ``&gradient_policy`` when it sets a policy); write it with ``.write(path)``."""
+        groups = OrderedDict(pom2k=OrderedDict(self.pom2k()))    # f90nml sorts a plain dict's keys
         policies = self.policies.to_dict()
         if policies["override"] is not None or policies["layers"]:
-            groups[POLICY_GROUP] = {k: v for k, v in (("override", policies["override"]),
-                                                      *policies["layers"].items()) if v is not None}
+            groups[POLICY_GROUP] = OrderedDict((k, v) for k, v in (("override", policies["override"]),
+                                                                   *policies["layers"].items())
+                                               if v is not None)
         return f90nml.Namelist(groups)
 
     # pom2k's derived quantities
@@ -205,6 +211,14 @@ def pom2k_fields() -> tuple[dataclasses.Field, ...]:
     return tuple(f for f in fields(Config) if "group" not in f.metadata)
 
 
+def unknown_parameter(name: str, known: Iterable[str]) -> str:
+    """The message for a name that is not a parameter: the closest known name, or all of them."""
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known parameters: {', '.join(known)}"
+    return f"unknown parameter {name!r}{hint}"
+
+
 def _policies(value: Any) -> GradientPolicyConfig:
     """The &gradient_policy group as a GradientPolicyConfig: 'override' and
     one entry per layer, or a GradientPolicyConfig / its to_dict() form."""
@@ -242,11 +256,10 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
 
 
 # name -> (allowed(value, config), what is allowed: text, or text made from the config);
-# checked in this order, so kl1 and kl2 are checked against a valid kb
+# checked in this order: kb against a valid kl1, then kl2 against both
 _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], str]]] = {
     "im": (lambda v, c: v >= 3, ">= 3"),
     "jm": (lambda v, c: v >= 3, ">= 3"),
-    "kb": (lambda v, c: v >= 3, ">= 3"),
     "iproblem": (lambda v, c: v in (1, 2, 3), "1, 2 or 3"),
     "icfile": (lambda v, c: (v == "") if c.iproblem != 3 else (v != "" and Path(v).is_file()),
                lambda c: _icfile_rule(c)),
@@ -273,12 +286,13 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
     "hmax": (lambda v, c: v > 0, "> 0"),
     "vmaxl": (lambda v, c: v > 0, "> 0"),
     "slmax": (lambda v, c: v > 0, "> 0"),
-    "kl1": (lambda v, c: 2 <= v < c.kl2 and v <= 13,
-            lambda c: f"in 2..min(kl2-1, 13) = 2..{min(c.kl2 - 1, 13)} (pom2k's depth makes levels "
-                      "2..kl1 logarithmic from its 12 spacings and needs kl1 < kl2)"),
-    "kl2": (lambda v, c: c.kl1 < v <= c.kb - 1 and c.kb - v <= 12,
+    "kl1": (lambda v, c: 2 <= v <= 13, "in 2..13 (pom2k's depth makes levels 2..kl1 logarithmic "
+                                        "from its 12 spacings)"),
+    "kb": (lambda v, c: v >= c.kl1 + 2, lambda c: _kb_rule(c)),
+    "kl2": (lambda v, c: max(c.kl1 + 1, c.kb - 12) <= v <= c.kb - 1,
             lambda c: f"in max(kl1+1, kb-12)..kb-1 = {max(c.kl1 + 1, c.kb - 12)}..{c.kb - 1} (pom2k's "
-                      "depth makes levels kl2..kb-1 logarithmic from its 12 spacings)"),
+                      "depth makes levels kl2..kb-1 logarithmic from its 12 spacings; kl2 is kb-2 "
+                      "unless set)"),
     "ntp": (lambda v, c: 1 <= v <= 5, "in 1..5"),
     "nbct": (lambda v, c: 1 <= v <= 4, "in 1..4"),
     "nbcs": (lambda v, c: v in (1, 3), "1 or 3"),
@@ -302,6 +316,26 @@ def parameters(config: Config) -> dict:
     return params
 
 
+def _kb_rule(config: Config) -> str:
+    """What kb must be for kl1 (pom2k's depth: 2 <= kl1 < kl2 <= kb-1), and what kl1 fits this kb."""
+    kb, kl1 = config.kb, config.kl1
+    if kb >= 4:
+        fits = (f"kb={kb} fits {_range('kl1', 2, kb - 3)} with the default kl2 = {kb - 2}, "
+                f"{_range('kl1', 2, kb - 2)} with kl2 = {kb - 1}")
+    else:
+        fits = f"kb={kb} fits no kl1 (the least kb is 4, with kl1=2, kl2=3)"
+    return (f">= kl1+2 = {kl1 + 2} for kl1={kl1} (>= {kl1 + 3} with the default kl2 = kb-2): pom2k's "
+            "depth makes levels 2..kl1 and kl2..kb-1 logarithmic with 2 <= kl1 < kl2 <= kb-1, so "
+            f"kb={kb} is too small for these layers; {fits}")
+
+
+def _range(name: str, first: int, last: int) -> str:
+    """'name in first..last', 'name=first' or 'no name' (an empty range)."""
+    if last < first:
+        return f"no {name}"
+    return f"{name}={first}" if first == last else f"{name} in {first}..{last}"
+
+
 def _icfile_rule(config: Config) -> str:
     if config.iproblem != 3:
         return f"'' when iproblem={config.iproblem} (only iproblem=3 reads an IC file)"
@@ -319,12 +353,17 @@ def validate(config: Config) -> None:
             raise ConfigError(f"{name}={value!r} is out of range: must be {what}")
 
 
+_EXPECTED = "no &group ... / with a pom2k parameter (im, jm, dte, ...)"
+
+# what f90nml's parser raises on text that is not namelist syntax
+_SYNTAX_ERRORS = (ValueError, AssertionError, StopIteration, IndexError, KeyError, TypeError)
+
+
 def read_namelist(path: str | Path) -> dict[str, Any]:
-    """All parameters of a namelist file, every group merged; a name set twice is an error."""
-    try:
-        nml = f90nml.read(str(path))
-    except (OSError, ValueError, StopIteration) as err:
-        raise ConfigError(f"cannot read config {path}: {err}") from err
+    """All parameters of a namelist file, every group merged; a name set twice is an error,
+    and so is a file with no group that sets a pom2k parameter (it is not a config)."""
+    text = _read_text(path)
+    nml = _parse_namelist(path, text)
     values: dict[str, Any] = {}
     for group, bodies in nml.items():
         if group == POLICY_GROUP:
@@ -336,7 +375,64 @@ def read_namelist(path: str | Path) -> dict[str, Any]:
                 if name in values:
                     raise ConfigError(f"{name} is set more than once in {path} (group &{group})")
                 values[name] = value
+    if not values.keys() & {f.name for f in pom2k_fields()}:
+        raise _not_a_config(path, _why_no_parameter(text, nml))
     return values
+
+
+def _read_text(path: str | Path) -> str:
+    """The text of a config file (UTF-8)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config {path} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"config {path} is a directory, not a namelist file")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from err
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise _not_a_config(path, f"it is not text (byte {data[err.start]:#04x} at offset "
+                                  f"{err.start} is not UTF-8)") from err
+
+
+def _parse_namelist(path: str | Path, text: str) -> f90nml.Namelist:
+    """The namelist in the text of the config file path."""
+    try:
+        return _reads(text)
+    except ValueError as err:
+        raise _not_a_config(path, "invalid namelist syntax" + (f": {err}" if str(err) else "")) from err
+
+
+def _reads(text: str) -> f90nml.Namelist:
+    """f90nml.reads, every syntax error a ValueError, and quiet: f90nml's scanner prints
+    its state table to stdout on some bad input."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return f90nml.reads(text)
+    except _SYNTAX_ERRORS as err:
+        raise ValueError(str(err).rstrip(".")) from err
+
+
+def _why_no_parameter(text: str, nml: f90nml.Namelist) -> str:
+    """Why the namelist of a file's text sets no pom2k parameter: the file is empty, has
+    no group, has empty groups, or only names that are not parameters (the first named)."""
+    groups = [group for group in nml if group != POLICY_GROUP]
+    names = [(group, name) for group in groups for body in _bodies(nml[group]) for name in body]
+    if names:
+        group, name = names[0]
+        return f"&{group}: {unknown_parameter(name, (f.name for f in pom2k_fields()))}"
+    if groups:
+        return f"nothing is set in {', '.join('&' + group for group in groups)}"
+    if nml:
+        return f"it has only &{POLICY_GROUP}"
+    return "the file is empty" if not text.strip() else ""
+
+
+def _not_a_config(path: str | Path, why: str = "") -> ConfigError:
+    return ConfigError(f"{path} is not a pom2k namelist: {_EXPECTED}" + (f"; {why}" if why else ""))
 
 
 def _bodies(bodies) -> list:
@@ -344,22 +440,69 @@ def _bodies(bodies) -> list:
 
 
 def parse_overrides(overrides: Mapping[str, Any] | Iterable[str] | None) -> dict[str, Any]:
-    """{name: value} from a dict, or from "NAME=VALUE" strings whose values are namelist literals."""
+    """{name: value} from a dict, or from --set items, one "NAME=VALUE" each (see parse_override)."""
     if overrides is None:
         return {}
     if isinstance(overrides, Mapping):
         return {str(name).lower(): value for name, value in overrides.items()}
-    values = {}
-    for item in overrides:
-        name, sep, text = item.partition("=")
-        name = name.strip().lower()
-        if not sep or not name:
-            raise ConfigError(f"cannot parse {item!r}: expected NAME=VALUE, e.g. dte=3")
-        try:
-            values[name] = f90nml.reads(f"&set v={text} /")["set"].get("v")
-        except (ValueError, StopIteration) as err:
-            raise ConfigError(f"{name}={text}: not a namelist value ({err})") from err
-    return values
+    return dict(parse_override(item) for item in overrides)
+
+
+# one integer, real or logical literal (1, -2.5d-3, .true.), no separator, group end or repeat
+_ONE_LITERAL = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """(name, value) of one --set item "NAME=VALUE": a string parameter takes the text as
+    given (less one pair of matching quotes), any other one namelist literal (3, 2.5d0, .true.)."""
+    name, sep, text = item.partition("=")
+    name, text = name.strip().lower(), text.strip()
+    if not sep or not name.isidentifier():
+        raise ConfigError(f"--set {item}: expected NAME=VALUE, e.g. dte=3")
+    kinds = {f.name: _KINDS[f.type] for f in pom2k_fields()}
+    if name not in kinds:
+        raise ConfigError(unknown_parameter(name, kinds))     # as for a name in a file
+    if not text:
+        raise ConfigError(f"--set {item}: no value")
+    if kinds[name] is str:
+        return name, _unquoted(text)
+    value = _literal(text) if _ONE_LITERAL.fullmatch(text) else None
+    if value is None or isinstance(value, list):
+        hint = " (one NAME=VALUE per --set)" if re.search(r"[\s,=]", text) else ""
+        raise ConfigError(f"--set {item}: {text!r} is not one namelist value{hint}")
+    return name, value
+
+
+def _literal(text: str) -> Any:
+    """What f90nml reads from text as a value (a list for several), None where it reads nothing."""
+    try:
+        return _reads(f"&set v={text} /").get("set", {}).get("v")
+    except ValueError:
+        return None
+
+
+def _unquoted(text: str) -> str:
+    """text without one pair of matching quotes around it, if it has them."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def namelist_literal(value: Any) -> str:
+    """value as a Fortran namelist literal that reads back as the same value: .true./.false.,
+    an integer, a real in repr's shortest exact form (1e-09, 0.0125), a quoted string."""
+    if isinstance(value, (bool, np.bool_)):
+        return ".true." if value else ".false."
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if math.isfinite(value):
+            return repr(value)
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise TypeError(f"no namelist literal for {value!r} ({type(value).__name__})")
 
 
 def load_config(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] | None = None) -> Config:

@@ -2,11 +2,14 @@ import dataclasses
 import math
 from pathlib import Path
 
+import f90nml
 import numpy as np
 import pytest
 
-from pompy.autodiff.policies import GradientPolicyConfig
-from pompy.config import Config, ConfigError, load_config, nint, parse_overrides
+from pompy.autodiff.policies import GradientPolicy, GradientPolicyConfig
+from pompy.config import (Config, ConfigError, load_config, namelist_literal, nint, parse_override,
+                          parse_overrides, read_namelist)
+from pompy.errors import InputError
 from pompy.core.setup import check_external_cfl
 from pompy.icfile import write_ic
 
@@ -72,8 +75,54 @@ def test_im_below_3():
     assert rejected(im=2) == "im=2 is out of range: must be >= 3"
 
 
-def test_kb_below_3():
-    assert rejected(kb=2, kl1=2, kl2=3).startswith("kb=2 is out of range: must be >= 3")
+def accepted(**values) -> bool:
+    try:
+        Config.from_dict(values)
+    except ConfigError:
+        return False
+    return True
+
+
+LAYERS = ("pom2k's depth makes levels 2..kl1 and kl2..kb-1 logarithmic with 2 <= kl1 < kl2 <= kb-1, "
+          "so kb={kb} is too small for these layers")
+
+
+def test_the_least_kb_is_4():
+    """Searched over every kl1 and kl2: no pair fits kb=3, kl1=2, kl2=3 fits kb=4."""
+    fitting = {(kb, kl1, kl2) for kb in range(2, 6) for kl1 in range(0, 15) for kl2 in range(0, kb + 2)
+               if accepted(kb=kb, kl1=kl1, kl2=kl2)}
+    assert min(fitting) == (4, 2, 3)
+
+
+def test_kb_too_small_for_the_default_layers():
+    """kb=3 with pom2k's kl1=6 (the old message was "kl1=6 ... must be in 2..0")."""
+    assert rejected(kb=3) == ("kb=3 is out of range: must be >= kl1+2 = 8 for kl1=6 (>= 9 with the default "
+                              f"kl2 = kb-2): {LAYERS.format(kb=3)}; kb=3 fits no kl1 (the least kb is 4, "
+                              "with kl1=2, kl2=3)")
+    assert rejected(kb=2, kl1=2, kl2=3).startswith("kb=2 is out of range: must be >= kl1+2 = 4 for kl1=2 "
+                                                   "(>= 5 with the default kl2 = kb-2)")
+
+
+@pytest.mark.parametrize("kb, fits", [
+    (4, "kb=4 fits no kl1 with the default kl2 = 2, kl1=2 with kl2 = 3"),
+    (5, "kb=5 fits kl1=2 with the default kl2 = 3, kl1 in 2..3 with kl2 = 4"),
+    (6, "kb=6 fits kl1 in 2..3 with the default kl2 = 4, kl1 in 2..4 with kl2 = 5"),
+])
+def test_kb_too_small_says_what_fits(kb, fits):
+    assert rejected(kb=kb) == ("kb=%d is out of range: must be >= kl1+2 = 8 for kl1=6 (>= 9 with the "
+                               "default kl2 = kb-2): %s; %s" % (kb, LAYERS.format(kb=kb), fits))
+
+
+def test_what_the_kb_message_offers_is_what_fits():
+    """The numbers of the kb=6 message, tried: kb 8 with kl2=7, kb 9 with the default kl2,
+    kl1 up to 3 with the default kl2 and up to 4 with kl2=5."""
+    assert accepted(kb=8, kl2=7) and not accepted(kb=7, kl2=6)
+    assert accepted(kb=9) and not accepted(kb=8)
+    assert [kl1 for kl1 in range(1, 7) if accepted(kb=6, kl1=kl1)] == [2, 3]
+    assert [kl1 for kl1 in range(1, 7) if accepted(kb=6, kl1=kl1, kl2=5)] == [2, 3, 4]
+    assert rejected(kb=8) == ("kl2=6 is out of range: must be in max(kl1+1, kb-12)..kb-1 = 7..7 (pom2k's "
+                              "depth makes levels kl2..kb-1 logarithmic from its 12 spacings; kl2 is kb-2 "
+                              "unless set)")
 
 
 @pytest.mark.parametrize("dte", [0.0, -6.0])
@@ -100,12 +149,15 @@ def test_nitera_outside_1_to_4(nitera):
 
 
 @pytest.mark.parametrize("values, start", [
-    (dict(kl1=1), "kl1=1 is out of range: must be in 2..min(kl2-1, 13) = 2..13"),
+    (dict(kl1=1), "kl1=1 is out of range: must be in 2..13 (pom2k's depth makes levels 2..kl1 logarithmic "
+                  "from its 12 spacings)"),
     (dict(kl1=14), "kl1=14 is out of range"),
     (dict(kb=25, kl2=12), "kl2=12 is out of range: must be in max(kl1+1, kb-12)..kb-1 = 13..24"),
     (dict(kl1=19), "kl1=19 is out of range"),
     (dict(kl2=21), "kl2=21 is out of range: must be in max(kl1+1, kb-12)..kb-1 = 9..20"),
-    (dict(kb=6), "kl1=6 is out of range: must be in 2..min(kl2-1, 13) = 2..3"),
+    (dict(kl1=6, kl2=6), "kl2=6 is out of range: must be in max(kl1+1, kb-12)..kb-1 = 9..20"),
+    (dict(kb=30, kl1=13, kl2=13), "kl2=13 is out of range: must be in max(kl1+1, kb-12)..kb-1 = 18..29"),
+    (dict(kb=6), "kb=6 is out of range: must be >= kl1+2 = 8"),
 ])
 def test_kl1_kl2_inside_the_column(values, start):
     assert rejected(**values).startswith(start)
@@ -238,6 +290,183 @@ def test_overrides():
         load_config(CONFIGS / "seamount.nml", ["nitera=2.5"])
 
 
-def test_missing_file():
-    with pytest.raises(ConfigError, match="cannot read config"):
-        load_config(CONFIGS / "no_such.nml")
+def refused(path, overrides=None) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_config(path, overrides)
+    assert isinstance(err.value, InputError)
+    return str(err.value)
+
+
+def test_missing_file(tmp_path):
+    assert refused(tmp_path / "no_such.nml") == f"config {tmp_path / 'no_such.nml'} does not exist"
+
+
+def test_a_directory_is_not_a_config(tmp_path):
+    assert refused(tmp_path) == f"config {tmp_path} is a directory, not a namelist file"
+
+
+NOT_A_CONFIG = "{} is not a pom2k namelist: no &group ... / with a pom2k parameter (im, jm, dte, ...)"
+
+
+@pytest.mark.parametrize("name, content, why", [
+    ("x.yaml", b"im: 30\njm: 20\n", ""),
+    ("empty.nml", b"", "; the file is empty"),
+    ("blank.nml", b"  \n! only a comment\n", ""),
+    ("garbage.bin", bytes(range(256)) * 4, "; it is not text (byte 0x80 at offset 128 is not UTF-8)"),
+    ("latin1.nml", "&pom2k title='café' /\n".encode("latin-1"),
+     "; it is not text (byte 0xe9 at offset 17 is not UTF-8)"),
+    ("control.bin", b"\x00\x01\x02" * 10, "; invalid namelist syntax"),
+    ("unended.nml", b"&pom2k im=33\n", "; invalid namelist syntax: End-of-file reached before end of namelist"),
+    ("paren.nml", b"&pom2k im=(3 /\n", "; invalid namelist syntax"),
+    ("empty_group.nml", b"&pom2k /\n", "; nothing is set in &pom2k"),
+    ("no_equals.nml", b"&pom2k im 33 /\n&time /\n", "; nothing is set in &pom2k, &time"),
+    ("policies_only.nml", b"&gradient_policy override = 'project' /\n", "; it has only &gradient_policy"),
+    ("typo.nml", b"&pom2k dtee=3 /\n", "; &pom2k: unknown parameter 'dtee'; did you mean 'dte'?"),
+])
+def test_a_file_without_a_pom2k_parameter_is_refused(tmp_path, capsys, name, content, why):
+    """Not a namelist, or a namelist that sets no pom2k parameter: refused, naming the file,
+    instead of running the default seamount; and quietly (f90nml's scanner prints its
+    state table to stdout on control characters)."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert refused(path) == NOT_A_CONFIG.format(path) + why
+    assert capsys.readouterr().out == ""
+
+
+def test_other_unknown_names_are_listed(tmp_path):
+    path = tmp_path / "other.nml"
+    path.write_text("&model bar=1 /\n")
+    assert refused(path).startswith(NOT_A_CONFIG.format(path) + "; &model: unknown parameter 'bar'; known "
+                                    "parameters: title, iproblem, icfile, ")
+
+
+def test_one_pom2k_parameter_makes_a_config(tmp_path):
+    path = tmp_path / "one.nml"
+    path.write_bytes(b"\xef\xbb\xbf&pom2k\n  im = 33  ! a comment\n/\n")   # with a UTF-8 byte-order mark
+    assert read_namelist(path) == {"im": 33}
+    assert load_config(path) == Config(im=33)
+    path.write_text("&pom2k im=33 dtee=3 /\n")                                   # one unknown among them
+    assert refused(path) == "unknown parameter 'dtee'; did you mean 'dte'?"
+
+
+# ------------------------------------------------------------------------------ --set
+
+@pytest.mark.parametrize("item, message", [
+    ("im=30 jm=20", "--set im=30 jm=20: '30 jm=20' is not one namelist value (one NAME=VALUE per --set)"),
+    ("dte=1,2", "--set dte=1,2: '1,2' is not one namelist value (one NAME=VALUE per --set)"),
+    ("dte=3/4", "--set dte=3/4: '3/4' is not one namelist value"),
+    ("dte=2*3", "--set dte=2*3: '2*3' is not one namelist value"),
+    ("dte=+", "--set dte=+: '+' is not one namelist value"),
+    ("dte=6.0 ! fast", "--set dte=6.0 ! fast: '6.0 ! fast' is not one namelist value (one NAME=VALUE per --set)"),
+    ("dte=", "--set dte=: no value"),
+    ("title=", "--set title=: no value"),
+    ("dte", "--set dte: expected NAME=VALUE, e.g. dte=3"),
+    ("=3", "--set =3: expected NAME=VALUE, e.g. dte=3"),
+    ("d te=3", "--set d te=3: expected NAME=VALUE, e.g. dte=3"),
+    ("dtee=3", "unknown parameter 'dtee'; did you mean 'dte'?"),
+])
+def test_a_bad_set_names_its_text(capsys, item, message):
+    with pytest.raises(ConfigError) as err:
+        parse_overrides(["dte=3", item])
+    assert str(err.value) == message
+    assert capsys.readouterr().out == ""
+
+
+def test_set_takes_pom2k_parameters_only():
+    """The policies come from their group (&gradient_policy), not from --set."""
+    with pytest.raises(ConfigError) as err:
+        parse_overrides(["Policies='x'"])
+    assert str(err.value).startswith("unknown parameter 'policies'; known parameters: title, iproblem, icfile, ")
+
+
+@pytest.mark.parametrize("item, value", [
+    ("title=a/b", "a/b"),
+    ("title=a b", "a b"),
+    ("title='a b'", "a b"),
+    ('title="it\'s"', "it's"),
+    ("title='x", "'x"),
+    ("title=x jm=20", "x jm=20"),
+    ("TITLE = 'a'' b' ", "a'' b"),
+])
+def test_a_string_takes_the_text_as_given(item, value):
+    assert parse_override(item) == ("title", value)
+    assert parse_override("icfile=''") == ("icfile", "")
+
+
+@pytest.mark.parametrize("item, value", [
+    ("dte=3", 3), ("dte=-2.5d-1", -0.25), ("DTE = 3.5e0 ", 3.5), ("lramp=.true.", True), ("lramp=F", False),
+])
+def test_a_number_or_logical_is_one_namelist_literal(item, value):
+    name, got = parse_override(item)
+    assert (name, got, type(got)) == (item.split("=")[0].strip().lower(), value, type(value))
+
+
+def test_set_reaches_the_config():
+    config = load_config(CONFIGS / "seamount.nml", ["title=a/b", "im=33", "lramp=T"])
+    assert (config.title, config.im, config.lramp) == ("a/b", 33, True)
+    assert refused(CONFIGS / "seamount.nml", ["dte=abc"]) == "dte='abc' has the wrong type: must be a real number"
+
+
+# ------------------------------------------------------------------------------ namelist_literal
+
+@pytest.mark.parametrize("value, literal", [
+    (True, ".true."), (False, ".false."), (np.bool_(True), ".true."), (21, "21"), (np.int64(-7), "-7"),
+    (6.0, "6.0"), (1e-9, "1e-09"), (0.0125, "0.0125"), (2e-5, "2e-05"), (1e16, "1e+16"),
+    (math.inf, "Infinity"), (-math.inf, "-Infinity"), ("Run 1", "'Run 1'"), ("it's", "'it''s'"), ("", "''"),
+])
+def test_namelist_literal(value, literal):
+    assert namelist_literal(value) == literal
+
+
+@pytest.mark.parametrize("value", [None, [1, 2], 1j])
+def test_namelist_literal_of_other_types(value):
+    with pytest.raises(TypeError, match="no namelist literal for"):
+        namelist_literal(value)
+
+
+def read_back(value):
+    return f90nml.reads(f"&g v = {namelist_literal(value)}\n/\n")["g"]["v"]
+
+
+@pytest.mark.parametrize("value", [0.1, 1 / 3, 0.1 + 0.2, 5e-324, 2.2250738585072014e-308,
+                                   1.7976931348623157e308, -0.0, 123456789.123456789, 1e22, 1e23,
+                                   float(np.float32(0.1)), 7.2284487942511255, -2.5e-5])
+def test_a_real_reads_back_as_the_same_float(value):
+    got = read_back(value)
+    assert type(got) is float and got.hex() == value.hex()
+
+
+@pytest.mark.parametrize("value", ["a'b\"c", "a/b", "x ! not a comment", "&g v=1 /", "  padded  "])
+def test_a_string_reads_back_the_same(value):
+    assert read_back(value) == value
+
+
+def test_nan_reads_back_as_nan():
+    assert math.isnan(read_back(math.nan))
+
+
+def printed(config: Config) -> str:
+    """config as `pompy config` prints it: one NAME = literal line per parameter, in its groups."""
+    return "".join(f"&{group}\n" + "".join(f"    {name} = {namelist_literal(value)}\n"
+                                          for name, value in body.items()) + "/\n"
+                   for group, body in config.to_namelist().items())
+
+
+@pytest.mark.parametrize("name", ["seamount.nml", "box.nml"])
+def test_every_parameter_printed_reads_back_equal(name, tmp_path):
+    config = load_config(CONFIGS / name)
+    back = f90nml.reads(printed(config))["pom2k"]
+    assert list(back) == list(config.pom2k())
+    for key, value in config.pom2k().items():
+        assert (key, back[key], type(back[key])) == (key, value, type(value))
+    path = tmp_path / name
+    path.write_text(printed(config))
+    assert load_config(path) == config
+
+
+def test_printed_policies_read_back(tmp_path):
+    config = Config(kb=11, title="it's a/b", policies=GradientPolicyConfig(
+        override=GradientPolicy.PROJECT, layers={"profq": GradientPolicy.REJECT}))
+    path = tmp_path / "printed.nml"
+    path.write_text(printed(config))
+    assert load_config(path) == config
