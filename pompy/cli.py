@@ -3,29 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
-from pompy.config import DERIVED, Config, load_config, pom2k_fields
-from pompy.errors import ConfigError, ModelStop
+from pompy import __version__
+from pompy.config import (CORES, DERIVED, POLICY_GROUP, Config, load_config, namelist_literal,
+                          pom2k_fields)
+from pompy.errors import InputError, Interrupted, ModelStop
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
 
 
+BUG_REPORT = ("pompy: this is a bug in pompy, not in your input; please report it with the "
+              "command line and the traceback above")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line: 0 done, 1 a comparison beyond tolerance, 2 bad
+    input (one line "pompy: ..."), 3 a model stop (blow-up), 128+N a
+    signal N (130 SIGINT, 143 SIGTERM); a traceback only for bugs."""
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except ConfigError as err:
+    except InputError as err:
         print(f"pompy: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("pompy: interrupted (SIGINT) before the time loop; nothing was written",
+              file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print(BUG_REPORT, file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pompy", description="PyTorch port of the Princeton Ocean Model (pom2k).")
+    parser.add_argument("--version", action="version", version=f"pompy {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     setup_cmd = commands.add_parser("setup", help="install gfortran if missing and build the Fortran oracle")
@@ -44,6 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--steps", type=positive_int, help="internal steps to run (default: the config's iend)")
     run_cmd.add_argument("--restart", type=Path, metavar="FILE",
                          help="continue from a restart file written by an earlier run")
+    run_cmd.add_argument("--restart-every", type=non_negative, metavar="DAYS",
+                         help="write the restart every DAYS of model time, replacing the last "
+                              "(default: the config's restart_every; 0: at the end only)")
+    run_cmd.add_argument("--output-every", type=non_negative, metavar="DAYS",
+                         help="one NetCDF output record every DAYS (default: the config's "
+                              "output_every; 0: pom2k's print interval)")
+    run_cmd.add_argument("--overwrite", action="store_true",
+                         help="replace the output and restart of an earlier run in the output folder "
+                              "(never the restart given to --restart)")
+    run_cmd.add_argument("--force", action="store_true",
+                         help="run even if the estimated memory exceeds what is available")
+    run_cmd.add_argument("--fortran-math", action="store_true",
+                         help="the torch core with pom2k's elementary function values "
+                              "(pompy.compat.fortran_math; CPU float64): bit for bit with Fortran")
     run_cmd.set_defaults(handler=run_command)
 
     compare_cmd = commands.add_parser("compare", help="differences between two NetCDF outputs, field by field and time by time")
@@ -63,6 +98,16 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", type=Path, metavar="CONFIG.nml", help="Fortran namelist with pom2k parameter names")
     parser.add_argument("--set", action="append", metavar="NAME=VALUE",
                         help="override one parameter, value as in a namelist (repeatable)")
+
+
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days >= 0")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -99,39 +144,39 @@ def setup(args: argparse.Namespace) -> int:
     return 0
 
 
-CORES = ("explicit", "oracle")
-
-
 def run_command(args: argparse.Namespace) -> int:
-    from pompy.driver import run_case
+    from pompy.driver import latest_restart, run_case
 
     config = load_config(args.config, args.set)
+    every = {name: getattr(args, name) for name in ("restart_every", "output_every")
+             if getattr(args, name) is not None}
+    config = dataclasses.replace(config, **every)
     output = args.output or Path("output") / args.config.stem
     restart = args.restart
     if restart is None and config.nread == 1:
-        restart = output / f"{args.core}_restart.nc"
+        restart = latest_restart(output, args.core)
     if restart is not None and not Path(restart).exists():
-        print(f"pompy run: restart file {restart} does not exist", file=sys.stderr)
-        return 2
+        raise InputError(f"restart file {restart} does not exist")
     try:
         run_case(config, output, core=args.core, steps=args.steps, restart=restart,
-                 device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check)
+                 device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check,
+                 overwrite=args.overwrite, force=args.force, fortran_math=args.fortran_math)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3
-    except ValueError as exc:
-        print(f"pompy run: {exc}", file=sys.stderr)
-        return 2
+    except Interrupted as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"pompy: {name} after step iint={exc.iint}; its restart is in {exc.restart}; "
+              f"continue with: pompy run {args.config} --restart {exc.restart} --output DIR",
+              file=sys.stderr)
+        return 128 + exc.signum
     return 0
 
 
 def compare(args: argparse.Namespace) -> int:
-    from pompy.compare import differences, report
+    from pompy.compare import check_tolerance, differences, report
 
-    for path in (args.a, args.b):
-        if not path.exists():
-            print(f"pompy compare: {path} does not exist", file=sys.stderr)
-            return 2
+    check_tolerance(args.tolerance)
     text, ok = report(differences(args.a, args.b), args.tolerance)
     print(text)
     return 0 if ok else 1
@@ -141,9 +186,16 @@ def show_config(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     rows = [(f.name, getattr(config, f.name), f.metadata["doc"]) for f in pom2k_fields()]
     rows += [(name, getattr(config, name), "derived: " + getattr(Config, name).__doc__) for name in DERIVED]
+    print("&pom2k")
     for name, value, doc in rows:
-        print(f"{name:<9} = {value!r:<12} ! {doc}")
+        line = f"    {name:<13} = {namelist_literal(value)}"
+        print(f"{line:<38} ! {doc}" if name not in DERIVED else f"!   {line[4:]:<34} ! {doc}")
+    print("/")
     policies = config.policies.to_dict()
-    print(f"gradient policies: override {policies['override'] or 'none'}; layers "
-          + (", ".join(f"{k}={v}" for k, v in policies["layers"].items()) or "built-in defaults"))
+    print(f"&{POLICY_GROUP}")
+    if policies["override"] is not None:
+        print(f"    override = {namelist_literal(policies['override'])}")
+    for layer, policy in policies["layers"].items():
+        print(f"    {layer} = {namelist_literal(policy)}")
+    print("/")
     return 0

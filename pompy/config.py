@@ -40,6 +40,7 @@ from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.errors import ConfigError
 
 POLICY_GROUP = "gradient_policy"
+CORES = ("explicit", "oracle")      # what `pompy run --core` can run
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -93,6 +94,11 @@ class Config:
     smoth: float = _param(0.1, "Asselin time filter weight (dimensionless)")
     alpha: float = _param(0.225, "weight of the surface slope term in the external mode (dimensionless)")
     aam_init: float = _param(500.0, "initial horizontal viscosity aam (m2 s-1)")
+    # pompy's run controls (not pom2k's)
+    output_every: float = _param(0.0, "days between NetCDF output records (0: pom2k's print "
+                                      "interval, prtd1 then prtd2)")
+    restart_every: float = _param(0.0, "days between restart files written during a run, each "
+                                       "replacing the last (0: only at the end)")
     policies: GradientPolicyConfig = field(
         default_factory=GradientPolicyConfig,
         metadata={"doc": "gradient policies of the core (namelist group &gradient_policy)",
@@ -300,6 +306,8 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
     "smoth": (lambda v, c: 0 <= v <= 1, "in [0, 1]"),
     "alpha": (lambda v, c: 0 <= v <= 0.5, "in [0, 0.5]"),
     "aam_init": (lambda v, c: v >= 0, ">= 0"),
+    "output_every": (lambda v, c: v >= 0, ">= 0 (0: pom2k's print interval)"),
+    "restart_every": (lambda v, c: v >= 0, ">= 0 (0: a restart at the end only)"),
 }
 
 

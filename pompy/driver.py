@@ -1,6 +1,10 @@
-"""Run a case with any core: NetCDF output at pom2k's print steps, a
-restart file at the end, and, when the model blows up, a restart file of
-the last good step and a message naming the step, the field and the place.
+"""Run a case with any core: NetCDF output at pom2k's print steps (or
+every ``output_every`` days), restart files every ``restart_every`` days
+and at the end; when the model blows up, or a SIGINT or SIGTERM stops it,
+a restart file of the last good step and a message naming the step (for a
+blow-up, the field and the place). Nothing a user wrote is overwritten
+without ``overwrite``, never the restart a run continues from, and a run
+that would not fit in memory is refused before anything is allocated.
 
 Every core is driven through the same small interface (a "model"):
 ``iint`` (the last step taken), ``time0``, ``advance(last, on_step)``
@@ -11,15 +15,21 @@ imports the cores; no core imports the driver.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
 import time as _time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tqdm import tqdm
 
-from pompy.config import Config, nint
+from pompy.config import CORES, Config, nint
 from pompy.core.setup import check_external_cfl
-from pompy.errors import ModelStop
-from pompy.io import OutputWriter, read_restart, write_restart
+from pompy.errors import InputError, Interrupted, ModelStop
+from pompy.io import OutputWriter, Restart, estimate_output_bytes, read_restart, write_restart
+from pompy.resources import available_bytes, estimate_run_bytes, gigabytes
 
 def print_steps(config: Config, first: int, last: int) -> list[int]:
     """The steps pom2k prints at: every iprint, prtd2's interval from iswtch on,
@@ -35,76 +45,246 @@ def print_steps(config: Config, first: int, last: int) -> list[int]:
     return steps
 
 
+def every(config: Config, days: float, first: int, last: int) -> list[int]:
+    """The steps first..last at a whole multiple of ``days`` (at least one step)."""
+    n = max(nint(days * 86400 / config.dti), 1)
+    return [iint for iint in range(first, last + 1) if iint % n == 0]
+
+
+def record_steps(config: Config, first: int, last: int) -> list[int]:
+    """The output records: every ``output_every`` days, else pom2k's print
+    steps; the last step always."""
+    if config.output_every <= 0:
+        return print_steps(config, first, last)
+    return sorted(set(every(config, config.output_every, first, last)) | {last})
+
+
+def check_device(core: str, device: str, dtype: str, fortran_math: bool = False) -> None:
+    """InputError unless the core can run on ``device`` in ``dtype``."""
+    if core not in CORES:
+        raise InputError(f"unknown core {core!r}: one of {', '.join(CORES)}")
+    if (core == "oracle" or fortran_math) and (device != "cpu" or dtype != "float64"):
+        what = "the oracle" if core == "oracle" else "--fortran-math"
+        raise InputError(f"{what} runs on the CPU in float64 only (got --device {device} "
+                         f"--dtype {dtype})")
+    if fortran_math and core != "explicit":
+        raise InputError("--fortran-math is for the torch core (--core explicit)")
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise InputError(f"--device {device}: not a torch device (cpu, cuda, cuda:N)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: this torch has no CUDA device")
+    if kind not in ("cpu", "cuda"):
+        raise InputError(f"--device {device}: pompy runs on cpu or cuda")
+
+
 def make_model(config: Config, core: str = "explicit", device: str = "cpu",
-               dtype: str = "float64", restart: Path | None = None, check_cfl: bool = False):
+               dtype: str = "float64", restart: Path | Restart | None = None,
+               check_cfl: bool = False):
     """A set-up model of ``core`` (one set-up), with ``check_cfl`` its external CFL
     limit checked on that set-up (as `pompy run` does), at iint 0 or at
-    the step of the restart file."""
+    the step of the restart (a file, or one read_restart gave)."""
+    check_device(core, device, dtype)
     if core == "oracle":
         from pompy.oracle.driver import OracleModel
 
-        if device != "cpu" or dtype != "float64":
-            raise ValueError("the oracle runs on the CPU in float64 only")
         model = OracleModel(config)
-    elif core == "explicit":
+    else:
         import torch
 
         from pompy.core.explicit import ExplicitCore
 
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: this torch has no CUDA device")
         model = ExplicitCore(config, device=device, dtype=getattr(torch, dtype))
         model.run_initialization()
-    else:
-        raise ValueError(f"unknown core {core!r}: explicit or oracle")
     if check_cfl:
         check_external_cfl(config, model.state)     # the set-up's own grid, not a copy
     if restart is not None:
-        saved = read_restart(restart)
+        saved = restart if isinstance(restart, Restart) else read_restart(restart, config)
         model.load_state(model.numpy_state() | saved.state, iint=saved.iint, time0=saved.time0)
     return model
 
 
+def output_files(output_dir: Path, core: str, first: int) -> tuple[Path, Path]:
+    """(output, restart) files of a run starting at step ``first``. A
+    continued run writes its own files (``_from_<N>``, N its first step
+    less one), so neither the earlier run's output nor the restart it
+    continues from is touched."""
+    suffix = "" if first == 1 else f"_from_{first - 1:06d}"
+    return output_dir / f"{core}_output{suffix}.nc", output_dir / f"{core}_restart{suffix}.nc"
+
+
+def latest_restart(output_dir: Path, core: str) -> Path:
+    """The restart a run with nread = 1 continues from: that of the latest
+    segment in the folder (``<core>_restart.nc``, then ``..._from_<N>.nc``
+    with the largest N)."""
+    def start(path: Path) -> int:
+        tail = path.stem.rpartition("_from_")[2]
+        return int(tail) if tail.isdigit() else 0
+    found = sorted(Path(output_dir).glob(f"{core}_restart*.nc"), key=start)
+    if not found:
+        raise InputError(f"nread=1: {output_dir} holds no {core}_restart*.nc to continue from "
+                         "(give --restart FILE)")
+    return found[-1]
+
+
+def prepare_output(output_dir: Path, files: tuple[Path, ...], overwrite: bool) -> None:
+    """The output folder made and writable; InputError if it cannot be, or
+    if it holds any of ``files`` and ``overwrite`` is off."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise InputError(f"output folder {output_dir} is a file; give another --output")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot make output folder {output_dir}: {err.strerror}") from None
+    if not os.access(output_dir, os.W_OK | os.X_OK):
+        raise InputError(f"output folder {output_dir} is not writable")
+    taken = [f.name for f in files if f.exists()]
+    if taken and not overwrite:
+        raise InputError(f"{output_dir} already holds {', '.join(taken)} (from an earlier run); "
+                         "give --overwrite to replace them, or another --output")
+
+
+def check_memory(config: Config, core: str, dtype: str, force: bool) -> int:
+    """The estimated peak memory of the run; InputError if more than is
+    available, unless ``force``."""
+    need = estimate_run_bytes(config, core, dtype)
+    have = available_bytes()
+    if have is not None and need > have and not force:
+        raise InputError(f"a {config.im}x{config.jm}x{config.kb} run of the {core} core in {dtype} "
+                         f"needs about {gigabytes(need)} of memory and {gigabytes(have)} is "
+                         "available; give --force to run it anyway")
+    return need
+
+
+@contextlib.contextmanager
+def signals_caught() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM noted (in the list yielded) instead of killing the
+    run, so that the step in progress finishes and its restart is written;
+    the previous handlers come back on exit. Off the main thread (where
+    Python cannot install handlers) nothing is caught."""
+    caught: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    try:
+        previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in wanted}
+    except ValueError:
+        yield caught
+        return
+    try:
+        yield caught
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class Progress:
+    """Steps done, model day and vamax: a bar on a terminal, else a plain
+    line every 5 % (logs get lines, not thousands of carriage returns)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool, stream=None):
+        self.stream = stream or sys.stderr
+        self.total, self.desc, self.done, self.next_line = total, desc, 0, 0.05
+        tty = enabled and self.stream.isatty()
+        self.bar = tqdm(total=total, unit="step", desc=desc, file=self.stream) if tty else None
+        self.plain = enabled and not tty
+
+    def update(self, iint: int, days: float, vamax: float) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix(iint=iint, days=f"{days:.4f}", vamax=f"{vamax:.3g}")
+            self.bar.update(1)
+        elif self.plain and (self.done >= self.next_line * self.total or self.done == self.total):
+            percent = 100 * self.done // self.total
+            print(f"{self.desc}: step {iint} ({percent}%), day {days:.4f}, vamax {vamax:.3g}",
+                  file=self.stream, flush=True)
+            self.next_line = (percent // 5 + 1) * 0.05
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: int | None = None,
-             restart: Path | None = None, device: str = "cpu", dtype: str = "float64",
-             progress: bool = True, check_cfl: bool = False):
-    """Run a case: ``<core>_output.nc`` at pom2k's print steps (for a run
-    continued from a restart at step N, ``<core>_output_from_<N>.nc``) and
-    ``<core>_restart.nc`` at the end; on a blow-up the restart holds the last
-    good step and the raised ModelStop names it. Returns the model."""
-    model = make_model(config, core, device, dtype, restart, check_cfl)
-    first = model.iint + 1
-    last = model.iint + (steps if steps is not None else config.iend)
+             restart: Path | Restart | None = None, device: str = "cpu", dtype: str = "float64",
+             progress: bool = True, check_cfl: bool = False, overwrite: bool = False,
+             force: bool = False, fortran_math: bool = False):
+    """Run a case: ``<core>_output.nc`` at the record steps and
+    ``<core>_restart.nc`` every ``restart_every`` days and at the end (a run
+    continued from a restart at step N writes ``..._from_<N>.nc`` files:
+    see output_files). On a blow-up or
+    a signal the restart holds the last good step and the raised ModelStop
+    or Interrupted names it. Returns the model."""
+    check_device(core, device, dtype, fortran_math)
+    # a Restart object is the caller's own state (not validated as a file is)
+    saved = restart if restart is None or isinstance(restart, Restart) else read_restart(restart, config)
+    first = saved.iint + 1 if saved is not None else 1
+    last = first - 1 + (steps if steps is not None else config.iend)
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    # a continued run writes its own output file: the earlier one is kept
-    out_name = f"{core}_output.nc" if first == 1 else f"{core}_output_from_{first - 1:06d}.nc"
-    out_path, restart_path = output_dir / out_name, output_dir / f"{core}_restart.nc"
+    out_path, restart_path = output_files(output_dir, core, first)
+    prepare_output(output_dir, (out_path, restart_path), overwrite)
+    check_memory(config, core, dtype, force)
+    records = record_steps(config, first, last)
+    size = estimate_output_bytes(config, len(records))
+    if progress and size > 1e9:
+        print(f"pompy: the output will take about {gigabytes(size)} ({len(records)} records); "
+              "--output-every DAYS writes fewer", file=sys.stderr)
+    with _elementary_functions(fortran_math):
+        model = make_model(config, core, device, dtype, saved, check_cfl)
+        return _time_loop(model, config, core, first, last, records, out_path, restart_path,
+                          progress, fortran_math)
+
+
+def _elementary_functions(fortran_math: bool):
+    if not fortran_math:
+        return contextlib.nullcontext()
+    from pompy.compat import fortran_math as pom2k_functions
+
+    return pom2k_functions()
+
+
+def _time_loop(model, config: Config, core: str, first: int, last: int, records: list[int],
+               out_path: Path, restart_path: Path, progress: bool, fortran_math: bool):
     days = lambda iint: config.dti * iint / 86400 + model.time0  # noqa: E731
+    restarts = set(every(config, config.restart_every, first, last)) if config.restart_every > 0 \
+        else set()
+
+    def save(state: dict, iint: int) -> Path:
+        return write_restart(restart_path, config, state, iint, days(iint), model.time0)
+
     writer = OutputWriter(out_path, config, model.numpy_state())
+    writer.ds.elementary_functions = (
+        "pom2k's (gfortran) via pompy.compat.fortran_math: bit for bit with Fortran"
+        if fortran_math else "torch's" if core != "oracle" else "gfortran's (the oracle)")
+    bar = Progress(last - first + 1, f"{core} {config.title}", progress)
     start = _time.perf_counter()
     try:
-        with tqdm(total=last - first + 1, unit="step", desc=f"{core} {config.title}",
-                  disable=not progress) as bar:
-            for stop in print_steps(config, first, last):
-                try:
-                    model.advance(stop, lambda iint, vamax: progress_update(bar, iint, config,
-                                                                            vamax))
-                except ModelStop as exc:
-                    path = write_restart(restart_path, config, exc.last_good, exc.iint - 1,
-                                         days(exc.iint - 1), model.time0)
-                    raise exc.with_restart(path) from None
-                writer.write(model.numpy_state(), stop, days(stop))
+        with signals_caught() as caught:
+            def on_step(iint: int, vamax: float) -> None:
+                bar.update(iint, days(iint), vamax)
+                if caught:
+                    raise Interrupted(caught[0])
+
+            for stop in sorted(set(records) | restarts):
+                model.advance(stop, on_step)
+                if stop in records:
+                    writer.write(model.numpy_state(), stop, days(stop))
+                if stop in restarts:
+                    save(model.numpy_state(), stop)
+                if caught:
+                    raise Interrupted(caught[0])
+    except ModelStop as exc:
+        path = save(exc.last_good, exc.iint - 1)
+        raise exc.with_restart(path) from None
+    except Interrupted as exc:
+        exc.iint, exc.restart = model.iint, save(model.numpy_state(), model.iint)
+        raise
     finally:
+        bar.close()
         writer.close()
-    write_restart(restart_path, config, model.numpy_state(), last, days(last), model.time0)
+    save(model.numpy_state(), last)
     if progress:
         print(f"{last - first + 1} internal steps in {_time.perf_counter() - start:.2f} s; "
               f"output in {out_path}, restart in {restart_path}")
     return model
-
-
-def progress_update(bar, iint: int, config: Config, vamax: float) -> None:
-    """One step on the progress bar: step, model time (days) and vamax."""
-    bar.set_postfix(iint=iint, days=f"{config.dti * iint / 86400:.4f}", vamax=f"{vamax:.3g}")
-    bar.update(1)

@@ -64,3 +64,13 @@ class NonFiniteState(ModelStop):
 
     def with_restart(self, path: Path) -> NonFiniteState:
         return NonFiniteState(self.iint, self.field, self.where, path)
+
+
+class Interrupted(Exception):
+    """A run stopped by a signal (SIGINT, SIGTERM) after a completed step;
+    the driver writes that step's restart and the command line exits
+    128 + the signal number (130, 143)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"signal {signum}")

@@ -2,15 +2,33 @@ from pathlib import Path
 
 import pytest
 
-from pompy import cli
+from pompy import __version__, cli
+from pompy.config import load_config
 
 SEAMOUNT = str(Path(__file__).parents[1] / "configs" / "seamount.nml")
 
 
 def test_config_prints_parameters_and_derived(capsys):
-    assert cli.main(["config", SEAMOUNT, "--set", "dte=3"]) == 0
+    assert cli.main(["config", SEAMOUNT, "--set", "dte=3", "--set", "lramp=.true."]) == 0
     out = capsys.readouterr().out
-    assert "dte       = 3.0" in out and "iend      = 24" in out and "kl2       = 19" in out
+    assert "    dte           = 3.0 " in out and "!   iend          = 24 " in out
+    assert "    kl2           = 19 " in out and "    lramp         = .true. " in out
+
+
+def test_config_prints_a_namelist_that_reads_back(capsys, tmp_path):
+    """`pompy config` prints namelist syntax (.false., quoted strings): saved
+    to a file it is the same config, derived values as comments."""
+    assert cli.main(["config", SEAMOUNT, "--set", "title=a/b", "--set", "horcon=0.15"]) == 0
+    path = tmp_path / "printed.nml"
+    path.write_text(capsys.readouterr().out)
+    assert load_config(path) == load_config(SEAMOUNT, ["title=a/b", "horcon=0.15"])
+    assert "False" not in path.read_text() and ".false." in path.read_text()
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out == f"pompy {__version__}\n"
 
 
 def test_bad_config_exits_2_with_the_message(capsys):
@@ -26,12 +44,14 @@ def test_run_passes_config_output_steps_core_device_dtype(monkeypatch, tmp_path)
     assert cli.main(["run", SEAMOUNT, "--steps", "3", "--output", str(tmp_path), "--core", "oracle"]) == 0
     (config, output, kw), = calls
     assert (config.im, output) == (65, tmp_path)
+    flags = dict(overwrite=False, force=False, fortran_math=False)
     assert kw == dict(core="oracle", steps=3, restart=None, device="cpu", dtype="float64",
-                      check_cfl=True)
-    cli.main(["run", SEAMOUNT, "--dtype", "float32"])
+                      check_cfl=True, **flags)
+    cli.main(["run", SEAMOUNT, "--dtype", "float32", "--overwrite", "--restart-every", "0.5"])
     assert calls[1][1] == Path("output/seamount")
     assert calls[1][2] == dict(core="explicit", steps=None, restart=None, device="cpu", dtype="float32",
-                               check_cfl=True)
+                               check_cfl=True, **dict(flags, overwrite=True))
+    assert (calls[0][0].restart_every, calls[1][0].restart_every) == (0.0, 0.5)
 
 
 def test_cfl_violating_dte_needs_the_explicit_override(tmp_path, capsys):
@@ -45,7 +65,8 @@ def test_cfl_violating_dte_needs_the_explicit_override(tmp_path, capsys):
 
 def test_nread_1_without_a_restart_file_is_an_error(tmp_path, capsys):
     assert cli.main(["run", SEAMOUNT, "--set", "nread=1", "--output", str(tmp_path)]) == 2
-    assert "explicit_restart.nc does not exist" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"pompy: nread=1: {tmp_path} holds no explicit_restart*.nc "
+                                       "to continue from (give --restart FILE)\n")
 
 
 def test_setup_without_gfortran_and_root_prints_the_command(monkeypatch, capsys):

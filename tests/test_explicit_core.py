@@ -29,10 +29,10 @@ from pompy.cli import main
 from pompy.compat import fortran_math
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
-from pompy.io import read_restart, write_restart
+from pompy.io import Restart, read_restart, write_restart
 from pompy.oracle.driver import new_state, run_steps
 from pompy.driver import run_case
-from pompy.errors import CFLViolation, NonFiniteState
+from pompy.errors import CFLViolation, InputError, NonFiniteState
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 PROGNOSTIC = variables.names("prognostic")
@@ -183,7 +183,7 @@ def test_restart_continues_bit_for_bit(tmp_path):
                        progress=False).numpy_state()
     for name in variables.names(restart=True):
         np.testing.assert_array_equal(resumed[name], whole[name], err_msg=name)
-    _, iint, _, _ = read_restart(tmp_path / "b" / "explicit_restart.nc")
+    _, iint, _, _ = read_restart(tmp_path / "b" / "explicit_restart_from_000003.nc")
     assert iint == 6
 
 
@@ -257,13 +257,17 @@ def test_oracle_runs_stop_on_nan_too(oracle, tmp_path):
     state = new_state(config)
     run_steps(state, config, 1, 2)
     state["t"][9, 7, 3] = np.nan
-    start = write_restart(tmp_path / "nan.nc", config, state, 2, config.dti * 2 / 86400)
+    # given as a Restart (a restart file with a NaN is refused: read_restart checks it)
+    start = Restart(state, 2, config.dti * 2 / 86400, 0.0)
     with pytest.raises(NonFiniteState) as info:
         run_case(config, tmp_path, core="oracle", steps=5, restart=start, progress=False)
     err = info.value
     assert err.iint == 3 and err.field == "t" and "iint=3" in str(err) and "(i, j, k)" in str(err)
-    saved, iint, _, _ = read_restart(err.restart)
-    assert iint == 2 and np.isnan(saved["t"][9, 7, 3])
+    assert err.restart.name == "oracle_restart_from_000002.nc"
+    # the state kept is the one step 3 started from, NaN included (which a
+    # restart read then refuses, naming it)
+    with pytest.raises(InputError, match=r"t is NaN at \(i, j, k\) = \(10, 8, 4\)"):
+        read_restart(err.restart)
 
 
 def test_nread_1_continues_in_the_same_folder(tmp_path):
@@ -271,14 +275,20 @@ def test_nread_1_continues_in_the_same_folder(tmp_path):
     whole, part = tmp_path / "whole", tmp_path / "part"
     assert main(["run", nml, "--steps", "6", "--output", str(whole)]) == 0
     assert main(["run", nml, "--steps", "3", "--output", str(part)]) == 0
-    assert main(["run", nml, "--steps", "3", "--output", str(part), "--set", "nread=1"]) == 0
-    a, ia, _, _ = read_restart(part / "explicit_restart.nc")
+    before = (part / "explicit_restart.nc").read_bytes()
+    assert main(["run", nml, "--steps", "2", "--output", str(part), "--set", "nread=1"]) == 0
+    assert main(["run", nml, "--steps", "1", "--output", str(part), "--set", "nread=1"]) == 0
+    # each continuation has its own output and restart (_from_<N>); the
+    # restarts it continued from are not touched
+    assert (part / "explicit_restart.nc").read_bytes() == before
+    assert read_restart(part / "explicit_restart_from_000003.nc").iint == 5
+    a, ia, _, _ = read_restart(part / "explicit_restart_from_000005.nc")
     b, ib, _, _ = read_restart(whole / "explicit_restart.nc")
     assert ia == ib == 6
     for name in variables.names(restart=True):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    # the first part's output is kept; the continuation has its own file
-    assert (part / "explicit_output.nc").exists() and (part / "explicit_output_from_000003.nc").exists()
+    assert {p.name for p in part.glob("explicit_output*.nc")} == {
+        "explicit_output.nc", "explicit_output_from_000003.nc", "explicit_output_from_000005.nc"}
 
 
 def test_pompy_run_writes_cf_netcdf(tmp_path):

@@ -53,7 +53,7 @@ def test_cli_restart_continues_the_run(oracle, tmp_path):
     assert main(["run", nml, "--core", "oracle", "--steps", "2", "--output", str(first)]) == 0
     assert main(["run", nml, "--core", "oracle", "--steps", "2", "--output", str(second),
                  "--restart", str(first / "oracle_restart.nc")]) == 0
-    a, ia, _, _ = read_restart(second / "oracle_restart.nc")
+    a, ia, _, _ = read_restart(second / "oracle_restart_from_000002.nc")
     b, ib, _, _ = read_restart(whole / "oracle_restart.nc")
     assert ia == ib == 4
     for name in ("el", "u", "t", "q2l", "km"):
