@@ -21,7 +21,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
@@ -86,13 +86,14 @@ def _history() -> str:
     return f"{stamp}: written by pompy {__version__}: {_command()}"
 
 
-def _create(path: Path, config: Config, title: str) -> netCDF4.Dataset:
+def _create(path: Path, config: Config, title: str, attributes: dict | None) -> netCDF4.Dataset:
     ds = netCDF4.Dataset(path, "w")
     ds.Conventions = "CF-1.8"
     ds.title = title
     ds.source = f"pompy {__version__} (pom2k algorithm)"
     ds.history = _history()
     ds.namelist = str(config.to_namelist())
+    ds.setncatts(attributes or {})
     ds.createDimension("x", config.im)
     ds.createDimension("y", config.jm)
     ds.createDimension("sigma", config.kb)
@@ -140,11 +141,13 @@ def _axes(ds, state: dict, compress: bool) -> None:
 
 
 class OutputWriter:
-    """Writes the output fields of the variable table at each call of write()."""
+    """Writes the output fields of the variable table at each call of write();
+    ``attributes``: more global attributes (name: str or number)."""
 
-    def __init__(self, path: Path, config: Config, state: dict, compress: bool = True):
+    def __init__(self, path: Path, config: Config, state: dict, compress: bool = True,
+                 attributes: dict | None = None):
         self.path = Path(path)
-        self.ds = _create(self.path, config, config.title)
+        self.ds = _create(self.path, config, config.title, attributes)
         self.ds.createDimension("time", None)
         t = self.ds.createVariable("time", "f8", ("time",))
         t.units, t.standard_name, t.calendar = "days since 2000-01-01 00:00:00", "time", "standard"
@@ -204,14 +207,16 @@ def estimate_output_bytes(config: Config, records: int, compress: bool = True) -
 
 
 def write_restart(path: Path, config: Config, state: dict, iint: int, time_days: float,
-                  time0: float = 0.0, compress: bool = True) -> Path:
+                  time0: float = 0.0, compress: bool = True,
+                  attributes: dict | None = None) -> Path:
     """Every restart variable of the table, with iint, time and time0, to
     NetCDF. Its fields carry no `coordinates` attribute: a restart is for
     pompy to read back, not for plotting (and the attribute on its hundred
-    variables doubles the time the CF checker takes on it)."""
+    variables doubles the time the CF checker takes on it). ``attributes``:
+    more global attributes."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    ds = _create(tmp, config, f"{config.title}: restart at iint={iint}")
+    ds = _create(tmp, config, f"{config.title}: restart at iint={iint}", attributes)
     try:
         ds.iint = int(iint)
         ds.time_days = float(time_days)
@@ -252,7 +257,8 @@ def open_netcdf(path: Path, what: str = "file") -> Iterator[netCDF4.Dataset]:
     except (OSError, RuntimeError) as err:   # HDF5 failing on a damaged chunk
         raise InputError(f"{what} {path} is damaged: {_reason(err)}") from None
     finally:
-        ds.close()
+        with suppress(OSError, RuntimeError):   # closing a damaged file may fail as well
+            ds.close()
 
 
 def _reason(err: Exception) -> str:
@@ -305,6 +311,9 @@ def _restart_array(ds, name: str, grid: tuple[int, int, int], where: str) -> np.
     if a.shape != want:
         raise InputError(f"{where}: {name} has shape {a.shape}, "
                          f"expected ({', '.join(dims)}) = {want}")
+    if ds[name].dimensions != _cf_dims(name):     # e.g. x and y swapped where im = jm
+        raise InputError(f"{where}: {name} has dims ({', '.join(ds[name].dimensions)}), "
+                         f"expected ({', '.join(_cf_dims(name))})")
     bad = ~np.isfinite(a)
     if bad.any():
         first = tuple(np.argwhere(bad)[0])

@@ -15,8 +15,8 @@ from pompy.config import load_config
 from pompy.core.model import to_numpy
 from pompy.core.setup import set_up
 from pompy.errors import InputError
-from pompy.io import (HEADER_BYTES, OutputWriter, estimate_output_bytes, output_fields, read_restart,
-                      write_restart)
+from pompy.io import (HEADER_BYTES, OutputWriter, estimate_output_bytes, open_netcdf,
+                      output_fields, read_restart, write_restart)
 
 SEAMOUNT = Path(__file__).parents[1] / "configs" / "seamount.nml"
 
@@ -35,8 +35,8 @@ def state(config):
     return to_numpy(set_up(config))
 
 
-def write_output(path, config, state, records=(6, 12), compress=True):
-    writer = OutputWriter(path, config, state, compress=compress)
+def write_output(path, config, state, records=(6, 12), compress=True, attributes=None):
+    writer = OutputWriter(path, config, state, compress=compress, attributes=attributes)
     for iint in records:
         writer.write(state, iint, iint * config.dti / 86400)
     writer.close()
@@ -94,8 +94,12 @@ def test_the_checker_counts_what_pompy_fixed(tmp_path):
 
 
 def test_coordinates_come_from_the_grid(config, state, tmp_path):
-    path = write_output(tmp_path / "out.nc", config, state)
+    path = write_output(tmp_path / "out.nc", config, state, attributes={"note": "n", "level": 3})
+    restart = write_restart(tmp_path / "r.nc", config, state, 1, 0.1, attributes={"note": "r"})
+    with netCDF4.Dataset(restart) as ds:
+        assert ds.note == "r" and ds.iint == 1
     with netCDF4.Dataset(path) as ds:
+        assert (ds.note, ds.level) == ("n", 3)
         np.testing.assert_array_equal(ds["x"][:], state["east_e"][:, 0])
         np.testing.assert_array_equal(ds["y"][:], state["north_e"][0, :])
         np.testing.assert_array_equal(ds["sigma"][:], state["zz"])
@@ -238,6 +242,17 @@ def test_a_variable_of_the_wrong_shape(restart):
                               "expected (i, j) = (8, 7)")
 
 
+def test_swapped_dimensions(tmp_path):
+    config = small_config(7, 7, 5)
+    path = write_restart(tmp_path / "R.nc", config, to_numpy(set_up(config)), 1, 0.1)
+    with netCDF4.Dataset(path, "a") as ds:
+        ds.renameVariable("cor", "cor_old")
+        ds.createVariable("cor", "f8", ("x", "y"))[:] = ds["cor_old"][:].T
+    with pytest.raises(InputError) as err:
+        read_restart(path)
+    assert str(err.value) == f"restart file {path}: cor has dims (x, y), expected (y, x)"
+
+
 def test_a_missing_attribute(restart):
     with netCDF4.Dataset(restart, "a") as ds:
         ds.delncattr("iint")
@@ -266,8 +281,18 @@ def test_a_file_that_is_not_a_whole_netcdf_file(restart, damage):
         read_restart(restart)
     message = str(err.value)
     assert message.startswith(f"restart file {restart} ") and "\n" not in message
-    if damage != "scribbled":               # damage HDF5 finds at open or at a read
+    if damage != "scribbled":               # HDF5 finds a scribble at open or at a read
         assert "is not a readable NetCDF file" in message
+
+
+def test_a_read_failing_in_hdf5_names_the_file(restart):
+    """What HDF5 raises reading a damaged chunk (as a seamount restart
+    scribbled anywhere past its first 2 % does) becomes an InputError."""
+    with pytest.raises(InputError) as err:
+        with open_netcdf(restart, "restart file") as ds:
+            assert ds["t"].shape == (5, 7, 8)
+            raise RuntimeError("NetCDF: HDF error")
+    assert str(err.value) == f"restart file {restart} is damaged: NetCDF: HDF error"
 
 
 def test_a_missing_file(tmp_path):
