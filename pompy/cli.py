@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"pompy: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:             # `pompy compare A B | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("pompy: interrupted (SIGINT) before the time loop; nothing was written",
               file=sys.stderr)

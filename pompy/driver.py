@@ -250,13 +250,15 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
     restarts = set(every(config, config.restart_every, first, last)) if config.restart_every > 0 \
         else set()
 
-    def save(state: dict, iint: int) -> Path:
-        return write_restart(restart_path, config, state, iint, days(iint), model.time0)
-
-    writer = OutputWriter(out_path, config, model.numpy_state())
-    writer.ds.elementary_functions = (
+    attributes = {"core": core, "elementary_functions": (
         "pom2k's (gfortran) via pompy.compat.fortran_math: bit for bit with Fortran"
-        if fortran_math else "torch's" if core != "oracle" else "gfortran's (the oracle)")
+        if fortran_math else "torch's" if core != "oracle" else "gfortran's (the oracle)")}
+
+    def save(state: dict, iint: int) -> Path:
+        return write_restart(restart_path, config, state, iint, days(iint), model.time0,
+                             attributes=attributes)
+
+    writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes)
     bar = Progress(last - first + 1, f"{core} {config.title}", progress)
     start = _time.perf_counter()
     try:
