@@ -10,6 +10,7 @@ import torch
 from pompy import variables
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
+from pompy.errors import CFLViolation
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 
@@ -99,6 +100,32 @@ def test_generation_fast_path_captures_detached_snapshots():
         assert torch.equal(core.state[name], reference.state[name]), name
     core.run_initialization()                           # a new run starts a new record
     assert core.generation_records == []
+
+
+def test_run_generation_day_is_a_normal_run_bit_for_bit():
+    """The seed's run_generation_day: the fast path's snapshots equal a
+    normal (gradient-mode) run's state at the same steps, to the last bit;
+    the flag is off afterwards, also when the run stops."""
+    config = tiny()
+    core = ExplicitCore(config)
+    core.run_initialization()
+    records = core.run_generation_day(6, capture_interval=2)
+    assert [r["iint"] for r in records] == [2, 4, 6] and not core.generation_fast_path
+    assert core.run_generation_day(2, capture_interval=2)[0]["iint"] == 8   # this call's only
+    reference = ExplicitCore(config)
+    reference.run_initialization()
+    for record in records:
+        reference.iend = record["iint"]
+        reference.run_time_loop()
+        for name in variables.names("snapshot"):
+            if name in record:
+                assert torch.equal(record[name], reference.state[name]), (record["iint"], name)
+    broken = ExplicitCore(dataclasses.replace(config, vmaxl=1e-9))   # stops at step 1
+    broken.run_initialization()
+    with pytest.raises(CFLViolation):
+        broken.run_generation_day()
+    assert not broken.generation_fast_path
+    assert broken.iend == round(86400 / config.dti)                  # a day by default
 
 
 def test_switching_modes_needs_run_initialization():

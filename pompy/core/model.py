@@ -45,7 +45,7 @@ from pompy import variables
 from pompy.autodiff.policies import (GradientPolicyConfig, captured_policies, layer_policies,
                                      policies_in_force)
 from pompy.calls import apply
-from pompy.config import Config, parameters
+from pompy.config import Config, nint, parameters
 from pompy.core import setup, stepping
 from pompy.errors import CFLViolation, ModelStop, NonFiniteState
 
@@ -360,6 +360,25 @@ class Core:
             s = stepping.end_of_step(s)
             going = all_finite(s)              # the second value read
         return s, vamax, imax, jmax, going
+
+    def run_generation_day(self, steps_per_day: int | None = None,
+                           capture_interval: int = 0) -> list[dict]:
+        """Data generation (the seed's): ``steps_per_day`` steps from the
+        current one (default: a day, nint(86400/dti)) on the generation fast
+        path (no gradients, no loop-entry clones), with a detached
+        :meth:`snapshot` every ``capture_interval`` steps (0: none); returns
+        this call's snapshots. The flag is reset however the run ends; a
+        gradient run of this core afterwards needs load_state/restore or
+        run_initialization first (pitfall 5)."""
+        steps = steps_per_day if steps_per_day is not None else max(nint(86400 / self.config.dti), 1)
+        first = len(self.generation_records)
+        self.generation_fast_path, self.capture_interval = True, capture_interval
+        self.iend = self.iint + steps
+        try:
+            self.run_time_loop()
+            return list(self.generation_records[first:])
+        finally:
+            self.generation_fast_path = False
 
     # ------------------------------------------------------------ the drivers' interface
     def advance(self, last: int, on_step: Callable[[int, float], None] | None = None) -> None:
