@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
                              help="largest accepted difference relative to the field's max magnitude in A (default 1e-10)")
     compare_cmd.set_defaults(handler=compare)
 
+    from pompy.generate import DESCRIPTION, add_arguments as add_generate_arguments
+
+    generate_cmd = commands.add_parser("generate", help="write a training dataset from an ensemble of runs",
+                                       description=DESCRIPTION,
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_generate_arguments(generate_cmd)
+    generate_cmd.set_defaults(handler=generate_command)
+
     config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
     add_config_arguments(config_cmd)
     config_cmd.set_defaults(handler=show_config)
@@ -174,6 +182,12 @@ def run_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 128 + exc.signum
     return 0
+
+
+def generate_command(args: argparse.Namespace) -> int:
+    from pompy.generate import run_command as generate
+
+    return generate(args)
 
 
 def compare(args: argparse.Namespace) -> int:

@@ -1,0 +1,249 @@
+"""Training datasets written by ``pompy generate``: the file format, and
+:class:`SnapshotDataset`, the torch Dataset a trainer reads them with.
+
+One file per generating process: ``DIR/dataset.nc``, or
+``DIR/dataset_rank<k>.nc`` for rank k of a torchrun launch (member m is in
+the file of rank m % WORLD_SIZE). The files of one launch are combined by
+the reader: give SnapshotDataset the folder, or the files, and it takes
+the union of their members (checking that they come from the same
+config and sources and share no member).
+
+A file (CF-1.8 NetCDF, pompy.io's conventions, uncompressed so that a
+snapshot is one contiguous read) holds:
+
+    dims      member, time, x, y, sigma, sigma_w (= the config's im, jm, kb, kb)
+    member(member)              int32  the member's index in the ensemble (0: unperturbed)
+    perturbation_seed(member)   int64  the seed of its perturbation (-1: none; pompy.generate)
+    time(time)                  f8     model time, days since 2000-01-01 (iint 0 at time0)
+    iint(time)                  int32  the internal step of each snapshot
+    the grid                    f8     every "grid" variable of pompy.variables, once:
+                                       x, y, sigma, sigma_w coordinates, then z, zz, dz,
+                                       dzz, h, dx, dy, fsm, cor, east_e, ..., rmean,
+                                       tclim, sclim under their pom2k names
+    the state (member, time, ...) f8   every other "snapshot" variable (what
+                                       Core.restore needs to continue bit for bit):
+                                       el, elb, ..., u, ub, ..., t, tb, ..., q2l,
+                                       km, ..., the boundary values ele, ..., sbs
+
+Arrays are stored in CF order (member, time, sigma, y, x), i.e. a pom2k
+array a(i, j, k) transposed; SnapshotDataset gives them back in pom2k order
+(i, j, k) as a core holds them. Time 0 (iint 0) is the member's initial
+state (perturbed for m > 0), then one snapshot every ``every`` days.
+Global attributes: ``dataset_format``, the config as ``namelist``,
+``source_hash`` (pompy.generate.source_hash), ``core``, ``dtype``,
+``torch_version``, ``days``, ``every_days``, ``steps_between_snapshots``,
+``dti``, ``time0``, ``members`` (in the whole ensemble), ``seed``,
+``perturb``, ``amplitude``, ``perturbation`` (in words), ``rank``,
+``world_size``, ``state_variables`` and ``grid_variables``.
+
+A sample of ``SnapshotDataset(paths, horizon=T)`` starts at snapshot n of
+one member and holds the next T snapshots of that member: samples never
+cross members, so a member of R snapshots gives R - T samples (none if
+R <= T). Sample i counts through the files in the order given (a folder's
+files by rank), their members in file order, then the start n::
+
+    ds = SnapshotDataset("data/", horizon=2)
+    sample = ds[0]
+    sample["state"]["t"]            # (im, jm, kb) float64: snapshot n, every state field
+    sample["target"]["t"]           # (T, im, jm, kb): snapshots n+1 .. n+T, the fields asked for
+    sample["member"], sample["time"], sample["iint"]     # of snapshot n
+    sample["target_time"], sample["target_iint"]         # (T,) of the targets
+    core.restore(ds.restore_record(sample))               # a core at snapshot n, bit for bit
+
+``fields`` chooses the target fields (default: the prognostic fields of
+pompy.variables). Files are opened lazily, in the process that reads
+(each DataLoader worker opens its own; nothing open is pickled).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from pompy import variables
+from pompy.io import open_netcdf
+
+FORMAT = "pompy generate dataset 1"
+FILE_NAME = "dataset.nc"
+# the one file of a single process, then those of torchrun ranks
+FILE_PATTERNS = (FILE_NAME, "dataset_rank*.nc")
+
+
+def grid_fields() -> list[str]:
+    """The variables stored once per file: the set-up's grid."""
+    return variables.names("grid")
+
+
+def state_fields() -> list[str]:
+    """The variables stored per member and snapshot: every "snapshot"
+    variable (what Core.restore needs) that is not grid."""
+    grid = set(grid_fields())
+    return [n for n in variables.names("snapshot") if n not in grid]
+
+
+def dataset_file(output_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
+    """The file a process writes: dataset.nc alone, dataset_rank<k>.nc under torchrun."""
+    name = FILE_NAME if world_size == 1 else f"dataset_rank{rank}.nc"
+    return Path(output_dir) / name
+
+
+def dataset_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    """The files a path or paths name: a folder stands for its dataset.nc,
+    or else its dataset_rank<k>.nc files in rank order."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            found.append(path)
+            continue
+        single = path / FILE_NAME
+        ranks = sorted(path.glob(FILE_PATTERNS[1]), key=lambda p: int(p.stem[len("dataset_rank"):]))
+        if not single.is_file() and not ranks:
+            raise FileNotFoundError(f"{path} holds no {FILE_NAME} or dataset_rank<k>.nc")
+        found += [single] if single.is_file() else ranks
+    if not found:
+        raise ValueError("SnapshotDataset: no dataset file given")
+    return found
+
+
+def _pom2k(a: np.ndarray, lead: int) -> np.ndarray:
+    """A CF-ordered array (``lead`` leading dims, then sigma, y, x) in pom2k
+    order (lead, x, y, sigma), C-contiguous as a core's tensors are."""
+    axes = tuple(range(lead)) + tuple(reversed(range(lead, a.ndim)))
+    return np.ascontiguousarray(a.transpose(axes))
+
+
+class _FileInfo:
+    """What SnapshotDataset keeps of one file (small, picklable)."""
+
+    def __init__(self, path: Path):
+        with open_netcdf(path, "dataset file") as ds:
+            if getattr(ds, "dataset_format", None) != FORMAT:
+                raise ValueError(f"{path} is not a pompy generate dataset "
+                                 f"(no dataset_format = {FORMAT!r})")
+            self.path = path
+            self.members = [int(m) for m in ds["member"][:]]
+            self.seeds = [int(s) for s in ds["perturbation_seed"][:]]
+            self.time = np.asarray(ds["time"][:], dtype=np.float64)
+            self.iint = np.asarray(ds["iint"][:], dtype=np.int64)
+            self.time0 = float(ds.time0)
+            self.namelist, self.source_hash = ds.namelist, ds.source_hash
+            self.state = ds.state_variables.split()
+            self.grid = ds.grid_variables.split()
+
+    def same_run(self, other: _FileInfo) -> str | None:
+        """What differs between two files of one dataset, or None."""
+        for what in ("namelist", "source_hash", "state", "grid", "time0"):
+            if getattr(self, what) != getattr(other, what):
+                return what
+        if not np.array_equal(self.iint, other.iint):
+            return "iint"
+        return None
+
+
+class SnapshotDataset(Dataset):
+    """Samples of ``pompy generate`` datasets (see the module docstring):
+    an initial state, every field a core restores, and the next ``horizon``
+    snapshots of ``fields`` (default: the prognostic fields) of the same
+    member, with member and time metadata; float64 tensors in pom2k order."""
+
+    def __init__(self, paths: str | Path | Sequence[str | Path], horizon: int = 1,
+                 fields: Sequence[str] | None = None):
+        if int(horizon) != horizon or horizon < 1:
+            raise ValueError(f"horizon={horizon!r}: the number of target snapshots, an integer >= 1")
+        self.paths = dataset_files(paths)
+        self.horizon = int(horizon)
+        self._files = [_FileInfo(p) for p in self.paths]
+        self._check_files()
+        first = self._files[0]
+        self.state_fields = list(first.state)
+        self.fields = list(fields) if fields is not None else \
+            [n for n in variables.names("prognostic") if n in first.state]
+        unknown = [n for n in self.fields if n not in first.state]
+        if unknown:
+            raise ValueError(f"fields {', '.join(unknown)} are not in the dataset; it has "
+                             f"{', '.join(first.state)}")
+        # samples per member: starts 0 .. R-1-T
+        self._per_member = max(len(first.iint) - self.horizon, 0)
+        self._members = [(f, local) for f, info in enumerate(self._files)
+                         for local in range(len(info.members))]
+        self._handles: dict[int, netCDF4.Dataset] = {}
+        self._grids: dict[int, dict[str, torch.Tensor]] = {}
+        self._pid = os.getpid()
+
+    def _check_files(self) -> None:
+        first, seen = self._files[0], {}
+        for info in self._files:
+            what = first.same_run(info)
+            if what is not None:
+                raise ValueError(f"{info.path} and {first.path} are not of the same dataset: "
+                                 f"their {what} differ")
+            for m in info.members:
+                if m in seen:
+                    raise ValueError(f"member {m} is in both {seen[m]} and {info.path}")
+                seen[m] = info.path
+
+    @property
+    def members(self) -> list[int]:
+        """The ensemble member indices, in sample order."""
+        return [self._files[f].members[local] for f, local in self._members]
+
+    def __len__(self) -> int:
+        return len(self._members) * self._per_member
+
+    def __getitem__(self, index: int) -> dict:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample {index} of {len(self)}")
+        (f, local), n = self._members[index // self._per_member], index % self._per_member
+        info, ds, span = self._files[f], self._open(f), slice(n + 1, n + 1 + self.horizon)
+        return {
+            "state": {name: torch.from_numpy(_pom2k(ds[name][local, n], 0))
+                      for name in self.state_fields},
+            "target": {name: torch.from_numpy(_pom2k(ds[name][local, span], 1))
+                       for name in self.fields},
+            "member": info.members[local], "file": f,
+            "time": float(info.time[n]), "iint": int(info.iint[n]),
+            "target_time": torch.from_numpy(info.time[span].copy()),
+            "target_iint": torch.from_numpy(info.iint[span].copy()),
+        }
+
+    def restore_record(self, sample: dict) -> dict:
+        """A record Core.restore() accepts, for one sample (not a batch):
+        its initial state, the grid of its file and its iint and time0;
+        the core then continues from that snapshot bit for bit."""
+        f = int(sample["file"])
+        info = self._files[f]
+        if f not in self._grids:
+            ds = self._open(f)
+            self._grids[f] = {name: torch.from_numpy(_pom2k(ds[name][...], 0))
+                              for name in info.grid}
+        return {**self._grids[f], **sample["state"], "iint": int(sample["iint"]),
+                "time0": info.time0}
+
+    def _open(self, f: int) -> netCDF4.Dataset:
+        """File f, opened once per process (a forked DataLoader worker opens
+        its own: HDF5 handles must not cross a fork)."""
+        if self._pid != os.getpid():
+            self._handles, self._pid = {}, os.getpid()
+        if f not in self._handles:
+            ds = netCDF4.Dataset(self.paths[f])
+            ds.set_auto_mask(False)
+            self._handles[f] = ds
+        return self._handles[f]
+
+    def close(self) -> None:
+        for ds in self._handles.values():
+            ds.close()
+        self._handles = {}
+
+    def __getstate__(self) -> dict:
+        # open files stay behind: the unpickling process opens its own
+        return {k: v for k, v in self.__dict__.items() if k != "_handles"} | {"_handles": {}}

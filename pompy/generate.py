@@ -1,0 +1,480 @@
+"""``pompy generate``: training datasets from ensembles of model runs.
+
+    pompy generate CONFIG --days D --every E --output DIR [--core explicit]
+        [--members N] [--perturb ic] [--amplitude A] [--seed S]
+        [--device cpu|cuda] [--dtype float64|float32] [--overwrite] [--force]
+        [--set NAME=VALUE]
+    torchrun --nproc_per_node=K -m pompy.generate CONFIG ...   (same arguments)
+
+runs N members of a core for D days each on the generation fast path
+(Core.run_generation_day: no gradients, detached snapshots) and writes
+``DIR/dataset.nc``: per member and snapshot every field a core needs to
+continue bit for bit (the variable table's "snapshot" category; the grid
+once), at time 0 and every E days; the format is documented in
+pompy.dataset, which reads it. E must be a whole number of internal steps
+dti and D a whole number of E.
+
+Members. Member 0 is the unperturbed run. Member m > 0 is perturbed from
+the seed pair (S, m): its perturbation seed is
+``numpy.random.SeedSequence([S, m]).generate_state(1, numpy.uint64)[0] >> 1``
+(a non-negative int64, stored per member as ``perturbation_seed``), and
+
+    --perturb ic (the only kind): after the set-up, at every wet point
+        (fsm = 1) and level k = 1..kb-1, t and tb (equal at the set-up) get
+        A * z with z = numpy.random.default_rng(perturbation_seed)
+        .standard_normal((im, jm, kb)) in pom2k's (i, j, k) order;
+        A = --amplitude in degC (default 0.01). The density rho is then
+        recomputed by the core's dens, as the set-up computes it; the grid
+        (rmean, tclim, and the boundary values) stays the unperturbed one,
+        so every member shares one grid.
+
+    A wind perturbation is not offered: pom2k's surface_forcing recomputes
+    the seamount's wind stress (1e-4 m2 s-2, tapered) every step from
+    constants, and no config parameter scales it, so a change to wusurf
+    would be overwritten at the next step.
+
+torchrun. Each process reads RANK and WORLD_SIZE (as torchrun sets them;
+default 0 and 1), runs members m with m % WORLD_SIZE == RANK and writes its
+own ``DIR/dataset_rank<RANK>.nc``; no process group is made (the ranks do
+not talk). pompy.dataset.SnapshotDataset combines the files. With
+``--device cuda`` a rank runs on ``cuda:LOCAL_RANK``.
+
+The core comes from :data:`CORES` (name -> Core subclass); any core on
+pompy.core.model.Core works. Before anything runs the command checks the
+schedule, the output folder (an existing dataset is refused without
+--overwrite), the device, the memory and the disk, and prints the
+dataset's estimated size on stderr; the file is written under a temporary
+name and renamed when complete, so a failed or interrupted generation
+leaves no partial dataset.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+import shutil
+import sys
+import time as _time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pompy import __version__, variables
+from pompy.calls import apply
+from pompy.config import Config, load_config
+from pompy.core.explicit import ExplicitCore
+from pompy.core.model import Core
+from pompy.core.setup import check_external_cfl
+from pompy.dataset import FORMAT, dataset_file, grid_fields, state_fields
+from pompy.driver import check_device, check_memory, prepare_output
+from pompy.errors import InputError, ModelStop
+from pompy.io import _axes, _create, _define, _to_cf
+from pompy.oracle.build import SOURCE_DIR
+from pompy.resources import gigabytes
+
+# The cores `pompy generate --core` runs, by name: one line per core.
+CORES: dict[str, type[Core]] = {"explicit": ExplicitCore}
+# A core's CFL check on its set-up, before the first step. The split-explicit
+# one checks dte against the external limit; a scheme without that limit
+# relies on the time loop's own velocity check.
+CFL_CHECKS = {"explicit": check_external_cfl}
+PERTURBATIONS = ("ic",)
+DEFAULT_AMPLITUDE = 0.01      # degC: well below the seamount's vertical T contrast (~15 degC)
+# HDF5's own bytes in an uncompressed dataset (superblock, object headers,
+# attributes): file size less the values' bytes, measured 113.0 to 115.3 kB
+# on seamount grids of 8x7x5, 20x15x8 and 65x49x21 with 1 to 3 members and
+# 2 to 9 snapshots (the ~110 variable headers do not grow with the grid).
+# The estimate is then within 0.5 % of the file (0.01 % at 65x49x21).
+HEADER_BYTES = 114_000
+# steps (between snapshots, in the run) within this of a whole number count
+# as whole: a value printed with the nearest-valid message reads back valid
+STEP_TOLERANCE = 1e-4
+PACKAGE = Path(__file__).resolve().parent
+
+
+# ---------------------------------------------------------------- provenance
+
+def physics_sources() -> list[tuple[str, Path]]:
+    """(name, file) of pompy's physics sources, sorted by name: pompy/core/**/*.py,
+    pompy/ops.py, pompy/utils/safety.py, pompy/autodiff/*.py and the Fortran
+    oracle's reference_fortran/*.f90 (named so wherever it is installed)."""
+    files = [*PACKAGE.glob("core/**/*.py"), PACKAGE / "ops.py", PACKAGE / "utils" / "safety.py",
+             *PACKAGE.glob("autodiff/*.py")]
+    named = [(f"pompy/{f.relative_to(PACKAGE).as_posix()}", f) for f in files]
+    named += [(f"reference_fortran/{f.name}", f) for f in SOURCE_DIR.glob("*.f90")]
+    return sorted(named)
+
+
+def source_hash() -> str:
+    """sha256 (hex) over the physics sources: each file's name, length and bytes."""
+    h = hashlib.sha256()
+    for name, path in physics_sources():
+        data = path.read_bytes()
+        h.update(name.encode() + b"\0" + len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- schedule
+
+def _days(steps: int, config: Config) -> str:
+    """A number of steps in days, with digits enough to read back within STEP_TOLERANCE."""
+    return f"{steps * config.dti / 86400:.{max(6, len(str(steps)) + 5)}g}"
+
+
+def _whole(value: float, unit: float, config: Config, what: str, unit_text: str) -> int:
+    """value / unit as a whole number >= 1, else InputError naming the nearest valid values."""
+    ratio = value / unit
+    n = round(ratio)
+    if n >= 1 and abs(ratio - n) <= STEP_TOLERANCE:
+        return n
+    steps = unit * 86400 / config.dti
+    near = [k for k in (math.floor(ratio), math.ceil(ratio)) if k >= 1]
+    nearest = " or ".join(dict.fromkeys(_days(round(k * steps), config) for k in near))
+    raise InputError(f"{what}: not a multiple of {unit_text}; nearest: {nearest} days")
+
+
+def schedule(config: Config, days: float, every: float) -> tuple[int, int]:
+    """(internal steps between snapshots, snapshots after time 0) for a run of
+    ``days`` with a snapshot every ``every`` days; InputError unless every
+    is a whole number of dti and days a whole number of every."""
+    dti_days = config.dti / 86400
+    steps = _whole(every, dti_days, config, f"--every {every:g}", f"dti = {config.dti:g} s")
+    every_days = steps * dti_days
+    records = _whole(days, every_days, config, f"--days {days:g}",
+                     f"--every = {_days(steps, config)} days ({steps} steps of dti = {config.dti:g} s)")
+    return steps, records
+
+
+# ---------------------------------------------------------------- members
+
+def member_seed(seed: int, member: int) -> int:
+    """Member m's perturbation seed from the run's seed S: a non-negative
+    int64 drawn from SeedSequence([S, m]); -1 for member 0 (unperturbed)."""
+    if member == 0:
+        return -1
+    return int(np.random.SeedSequence([seed, member]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def ic_perturbation(fsm: np.ndarray, kb: int, seed: int, amplitude: float) -> np.ndarray:
+    """The ic perturbation of t (pom2k order): amplitude * N(0, 1) at wet
+    points, levels 1..kb-1 (the module docstring says how it is drawn)."""
+    noise = np.random.default_rng(seed).standard_normal((*fsm.shape, kb))
+    wet = fsm[:, :, None] * (np.arange(kb) < kb - 1)
+    return amplitude * (noise * wet)
+
+
+def perturb_ic(core: Core, seed: int, amplitude: float) -> None:
+    """t and tb of a set-up core perturbed (ic_perturbation), rho recomputed
+    by the core's own dens as the set-up does."""
+    fsm = core.fsm.detach().cpu().double().numpy()
+    delta = torch.from_numpy(ic_perturbation(fsm, core.config.kb, seed, amplitude))
+    delta = delta.to(device=core.device, dtype=core.dtype)
+    s = dict(core.state)
+    s["t"], s["tb"] = s["t"] + delta, s["tb"] + delta
+    with torch.no_grad():
+        apply(s, core.params, "dens(s,t,rho)", routines=core.routines)
+    core.inject({name: s[name] for name in ("t", "tb", "rho")})
+
+
+# ---------------------------------------------------------------- the file
+
+def _count(config: Config, names: list[str]) -> int:
+    return sum(math.prod(variables.shape(n, config.im, config.jm, config.kb)) for n in names)
+
+
+def estimate_dataset_bytes(config: Config, members: int, records: int) -> int:
+    """The size of a dataset file of ``members`` members and ``records``
+    snapshots (time 0 included): the values' bytes from the variable table
+    (float64, uncompressed) plus HEADER_BYTES, measured."""
+    coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
+    grid = 8 * (coordinates + _count(config, grid_fields()))
+    state = 8 * _count(config, state_fields())
+    return grid + members * records * state + records * (8 + 4) + members * (4 + 8) + HEADER_BYTES
+
+
+def _numpy(record: Mapping, name: str) -> np.ndarray:
+    return record[name].detach().to("cpu", torch.float64).numpy()
+
+
+class DatasetWriter:
+    """A dataset file (pompy.dataset's format) written snapshot by snapshot
+    into ``path``.tmp, renamed to ``path`` by :meth:`close` (``complete``)."""
+
+    def __init__(self, path: Path, config: Config, grid: Mapping, members: list[int],
+                 seeds: list[int], iints: list[int], time0: float, attributes: dict):
+        self.path, self.tmp = Path(path), Path(path).with_name(Path(path).name + ".tmp")
+        ds = self.ds = _create(self.tmp, config, f"{config.title}: pompy generate dataset",
+                               attributes)
+        ds.createDimension("member", len(members))
+        ds.createDimension("time", len(iints))
+        self._index("member", "i4", members, "ensemble member (0: unperturbed)",
+                    standard_name="realization")
+        self._index("perturbation_seed", "i8", seeds,
+                    "seed of numpy.random.default_rng for the member's perturbation (-1: none)",
+                    dim="member")
+        t = self._index("time", "f8", [config.dti * n / 86400 + time0 for n in iints], "model time")
+        t.units, t.standard_name, t.calendar, t.axis = \
+            "days since 2000-01-01 00:00:00", "time", "standard", "T"
+        self._index("iint", "i4", iints, "internal step number", dim="time")
+        grid_np = {name: _numpy(grid, name) for name in grid_fields()}
+        _axes(ds, grid_np, compress=False)
+        for name in grid_fields():
+            if name not in ds.variables:                 # east_e, ... are in already
+                _define(ds, name, compress=False, located=True)[:] = _to_cf(grid_np[name])
+        for name in state_fields():
+            _define(ds, name, ("member", "time"), compress=False, located=True)
+        self.iints = iints
+
+    def _index(self, name, kind, values, long_name, dim=None, **attrs):
+        v = self.ds.createVariable(name, kind, (dim or name,))
+        v[:] = np.asarray(values)
+        v.long_name = long_name
+        v.setncatts(attrs)
+        return v
+
+    def write(self, member: int, n: int, record: Mapping) -> None:
+        """Snapshot n of the file's member number ``member`` (0-based in the file)."""
+        if int(record["iint"]) != self.iints[n]:
+            raise RuntimeError(f"snapshot {n} is at iint {record['iint']}, expected {self.iints[n]}")
+        for name in state_fields():
+            self.ds[name][member, n] = _to_cf(_numpy(record, name))
+
+    def close(self, complete: bool) -> None:
+        self.ds.close()
+        if complete:
+            self.tmp.replace(self.path)
+        else:
+            self.tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- generation
+
+def distribution(environ: Mapping[str, str]) -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun sets them; (0, 1, 0) without."""
+    values = {}
+    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", None)):
+        text = environ.get(name, default)
+        if text is None:
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise InputError(f"environment variable {name}={text!r} is not an integer") from None
+    rank, world = values["RANK"], values["WORLD_SIZE"]
+    if world < 1 or not 0 <= rank < world:
+        raise InputError(f"RANK={rank}, WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
+    return rank, world, values.get("LOCAL_RANK", rank)
+
+
+def _device(device: str, local_rank: int, world: int) -> str:
+    """Each rank on its own GPU (cuda:LOCAL_RANK) when a bare 'cuda' is asked for."""
+    return f"cuda:{local_rank}" if device == "cuda" and world > 1 else device
+
+
+def _set_up(core_name: str, config: Config, device: str, dtype: str) -> Core:
+    core = CORES[core_name](config, device=device, dtype=getattr(torch, dtype))
+    core.run_initialization()
+    check = CFL_CHECKS.get(core_name)
+    if check is not None:
+        check(config, core.state)
+    return core
+
+
+def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, seed: int,
+                amplitude: float, steps: int, records: int) -> None:
+    """One member from the set-up ``start``: perturbed (seed >= 0), its time-0
+    snapshot, then ``records`` snapshots every ``steps`` steps."""
+    core.restore(start)
+    if seed >= 0:
+        perturb_ic(core, seed, amplitude)
+    writer.write(local, 0, core.snapshot())
+    for n in range(1, records + 1):
+        (record,) = core.run_generation_day(steps, capture_interval=steps)
+        core.generation_records.clear()     # written: the core need not keep it
+        writer.write(local, n, record)
+
+
+def generate(config: Config, output_dir: Path, days: float, every: float, core: str = "explicit",
+             members: int = 1, perturb: str = "ic", amplitude: float = DEFAULT_AMPLITUDE,
+             seed: int = 0, device: str = "cpu", dtype: str = "float64", overwrite: bool = False,
+             force: bool = False, environ: Mapping[str, str] | None = None,
+             log=None) -> Path:
+    """Write this process's dataset file (see the module docstring) and
+    return its path; InputError before anything runs for bad input,
+    ModelStop (with ``member`` set) if a member blows up. ``environ``:
+    where RANK and WORLD_SIZE are read (default os.environ); ``log``: the
+    stream of the size line and per-member lines (default stderr)."""
+    log = sys.stderr if log is None else log
+    _check_choices(core, members, perturb, amplitude, seed)
+    rank, world, local_rank = distribution(os.environ if environ is None else environ)
+    if members < world:
+        raise InputError(f"--members {members} < WORLD_SIZE = {world}: rank {world - 1} "
+                         "would have no member")
+    steps, records = schedule(config, days, every)
+    device = _device(device, local_rank, world)
+    check_device("explicit", device, dtype)       # a torch core, wherever the explicit one runs
+    mine = list(range(rank, members, world))
+    path = dataset_file(output_dir, rank, world)
+    prepare_output(Path(output_dir), (path,), overwrite)
+    check_memory(config, core, dtype, force)
+    size = estimate_dataset_bytes(config, len(mine), records + 1)
+    _check_disk(Path(output_dir), size, force)
+    prefix = f"pompy generate [rank {rank}/{world}]" if world > 1 else "pompy generate"
+    print(f"{prefix}: {path} will take about {size / 1e6:.3g} MB ({len(mine)} members x "
+          f"{records + 1} snapshots, every {steps} steps)", file=log, flush=True)
+    model = _set_up(core, config, device, dtype)
+    start = model.capture()
+    seeds = [member_seed(seed, m) for m in mine]
+    attributes = _attributes(config, core, dtype, days, steps, members, perturb, amplitude,
+                             seed, rank, world)
+    writer = DatasetWriter(path, config, start, mine, seeds,
+                           [n * steps for n in range(records + 1)], start["time0"], attributes)
+    complete = False
+    try:
+        for local, (m, member_seed_) in enumerate(zip(mine, seeds)):
+            began = _time.perf_counter()
+            try:
+                _run_member(model, start, writer, local, member_seed_, amplitude, steps, records)
+            except ModelStop as exc:
+                exc.member = m
+                raise
+            print(f"{prefix}: member {m}: {records * steps} steps in "
+                  f"{_time.perf_counter() - began:.2f} s", file=log, flush=True)
+        complete = True
+    finally:
+        writer.close(complete)
+    return path
+
+
+def _check_choices(core: str, members: int, perturb: str, amplitude: float, seed: int) -> None:
+    if core not in CORES:
+        raise InputError(f"--core {core}: one of {', '.join(CORES)}")
+    if perturb not in PERTURBATIONS:
+        raise InputError(f"--perturb {perturb}: one of {', '.join(PERTURBATIONS)}")
+    if members < 1 or seed < 0 or not (amplitude >= 0 and math.isfinite(amplitude)):
+        raise InputError(f"--members {members}, --seed {seed}, --amplitude {amplitude}: need "
+                         "members >= 1, seed >= 0, a finite amplitude >= 0")
+
+
+def _check_disk(folder: Path, size: int, force: bool) -> None:
+    free = shutil.disk_usage(folder).free
+    if size > free and not force:
+        raise InputError(f"the dataset needs about {gigabytes(size)} and {folder} has "
+                         f"{gigabytes(free)} free; give --force to write it anyway")
+
+
+def _attributes(config: Config, core: str, dtype: str, days: float, steps: int, members: int,
+                perturb: str, amplitude: float, seed: int, rank: int, world: int) -> dict:
+    every = steps * config.dti / 86400
+    return {
+        "dataset_format": FORMAT, "core": core, "dtype": dtype, "source_hash": source_hash(),
+        "torch_version": torch.__version__, "pompy_version": __version__,
+        "days": float(days), "every_days": every, "steps_between_snapshots": steps,
+        "dti": config.dti, "time0": 0.0, "members": members, "seed": seed,
+        "perturb": perturb, "amplitude": amplitude,
+        "perturbation": ("member 0 unperturbed; member m > 0: t and tb += amplitude (degC) * "
+                         "numpy.random.default_rng(perturbation_seed[m]).standard_normal((im, jm, "
+                         "kb)) at fsm = 1, k = 1..kb-1 (pom2k order), then rho = dens(s, t)"),
+        "rank": rank, "world_size": world,
+        "member_split": f"member m is in the file of rank m % {world}",
+        "state_variables": " ".join(state_fields()), "grid_variables": " ".join(grid_fields()),
+    }
+
+
+# ---------------------------------------------------------------- command line
+
+DESCRIPTION = """\
+Run N members of a core for --days and write a NetCDF training dataset,
+DIR/dataset.nc (DIR/dataset_rank<k>.nc under torchrun), with every field a
+core needs to restart bit for bit at time 0 and every --every days (a whole
+number of dti; --days a whole number of --every). Format and reader:
+pompy.dataset (SnapshotDataset).
+
+Members: member 0 is unperturbed; member m > 0 is perturbed from the pair
+(--seed S, m): --perturb ic adds --amplitude A (degC, default 0.01) times
+Gaussian noise (numpy default_rng seeded from SeedSequence([S, m]), the seed
+stored per member) to the initial t and tb at wet points (fsm = 1) and
+levels 1..kb-1, then recomputes rho. There is no wind perturbation: pom2k's
+wind stress is recomputed every step from constants no parameter scales.
+
+torchrun --nproc_per_node=K -m pompy.generate (same arguments): member m
+runs on rank m % K, each rank writes its own file, no process group; the
+reader combines the files."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `pompy generate` (and of python -m pompy.generate)."""
+    parser.add_argument("config", type=Path, metavar="CONFIG.nml",
+                        help="Fortran namelist with pom2k parameter names")
+    parser.add_argument("--set", action="append", metavar="NAME=VALUE",
+                        help="override one parameter, value as in a namelist (repeatable)")
+    parser.add_argument("--days", type=_positive_float, required=True,
+                        help="model days each member runs (a whole number of --every)")
+    parser.add_argument("--every", type=_positive_float, required=True, metavar="E",
+                        help="days between snapshots (a whole number of internal steps dti)")
+    parser.add_argument("--output", type=Path, required=True, metavar="DIR",
+                        help="folder of the dataset file")
+    parser.add_argument("--core", choices=tuple(CORES), default="explicit",
+                        help="the torch core (default explicit)")
+    parser.add_argument("--members", type=int, default=1, help="ensemble size N (default 1)")
+    parser.add_argument("--perturb", choices=PERTURBATIONS, default="ic",
+                        help="perturbation of members m > 0 (ic: initial temperature noise)")
+    parser.add_argument("--amplitude", type=float, default=DEFAULT_AMPLITUDE,
+                        help=f"perturbation amplitude, degC for ic (default {DEFAULT_AMPLITUDE})")
+    parser.add_argument("--seed", type=int, default=0, help="ensemble seed S (default 0)")
+    parser.add_argument("--device", default="cpu",
+                        help="torch device: cpu, cuda (cuda:LOCAL_RANK under torchrun), cuda:N")
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                        help="precision of the core (default float64; stored as float64)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset file")
+    parser.add_argument("--force", action="store_true",
+                        help="run even if the estimated memory or disk space is short")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days > 0")
+    return value
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The command's handler: 0 done, 3 a member blew up; InputError for bad input."""
+    config = load_config(args.config, args.set)
+    try:
+        generate(config, args.output, args.days, args.every, core=args.core,
+                 members=args.members, perturb=args.perturb, amplitude=args.amplitude,
+                 seed=args.seed, device=args.device, dtype=args.dtype,
+                 overwrite=args.overwrite, force=args.force)
+    except ModelStop as exc:
+        print(f"pompy generate stopped: member {getattr(exc, 'member', '?')}: {exc}; "
+              "no dataset was written", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("pompy generate: interrupted; no dataset was written", file=sys.stderr)
+        return 130
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pompy.generate`` (what torchrun launches): as `pompy generate`."""
+    parser = argparse.ArgumentParser(prog="python -m pompy.generate", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_command(args)
+    except InputError as err:
+        print(f"pompy: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

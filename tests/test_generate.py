@@ -1,0 +1,284 @@
+"""`pompy generate` and pompy.dataset: the dataset's layout, its snapshots
+against separate normal runs, restarts from any snapshot, reproducible
+perturbations, refused input, the size estimate and the torchrun split.
+All on an 8x7x5 seamount (dti = 18 s), snapshots every 3 steps."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import netCDF4
+import numpy as np
+import pytest
+import torch
+
+from pompy import variables
+from pompy.cli import main
+from pompy.config import load_config
+from pompy.core.explicit import ExplicitCore
+from pompy.dataset import SnapshotDataset, grid_fields, state_fields
+from pompy.generate import source_hash
+
+ROOT = Path(__file__).parents[1]
+EVERY_STEPS, RECORDS = 3, 4                     # snapshots at iint 0, 3, 6, 9, 12
+EVERY = f"{EVERY_STEPS * 18 / 86400!r}"         # 0.000625 days
+DAYS = f"{RECORDS * EVERY_STEPS * 18 / 86400!r}"
+MEMBERS, SEED, AMPLITUDE = 3, 7, 0.01
+
+
+def tiny_config():
+    return dataclasses.replace(load_config(ROOT / "configs" / "seamount.nml"), im=8, jm=7, kb=5,
+                               kl1=2, kl2=3, isplit=3, ispadv=3)
+
+
+def generate_args(config: Path, output: Path, *extra) -> list[str]:
+    return ["generate", str(config), "--days", DAYS, "--every", EVERY, "--output", str(output),
+            "--members", str(MEMBERS), "--seed", str(SEED), *map(str, extra)]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The config file and one dataset generated from it in this process
+    (its stderr kept for the size-estimate test)."""
+    folder = tmp_path_factory.mktemp("generate")
+    config = folder / "tiny.nml"
+    tiny_config().to_namelist().write(config)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(generate_args(config, folder / "a")) == 0
+    return config, folder / "a" / "dataset.nc", err.getvalue()
+
+
+def read(path: Path) -> dict[str, np.ndarray]:
+    """Every variable of a file as stored (CF order), read with netCDF4 alone."""
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_mask(False)
+        return {name: ds[name][...] for name in ds.variables}
+
+
+def pom2k(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).T
+
+
+def test_the_dataset_opens_with_xarray_with_the_documented_layout(made):
+    xr = pytest.importorskip("xarray")
+    config_path, path, _ = made
+    config = load_config(config_path)
+    with xr.open_dataset(path) as ds:
+        assert dict(ds.sizes) == {"member": MEMBERS, "time": RECORDS + 1, "x": 8, "y": 7,
+                                  "sigma": 5, "sigma_w": 5}
+        assert ds["member"].values.tolist() == [0, 1, 2]
+        assert ds["iint"].values.tolist() == [0, 3, 6, 9, 12]
+        assert ds["t"].dims == ("member", "time", "sigma", "y", "x")
+        assert ds["q2"].dims == ("member", "time", "sigma_w", "y", "x")
+        assert ds["ele"].dims == ("member", "time", "y")
+        for name in grid_fields():
+            assert "member" not in ds[name].dims and "time" not in ds[name].dims, name
+        assert set(state_fields()) <= set(ds.variables)
+        assert set(state_fields()) | set(grid_fields()) == set(variables.names("snapshot"))
+        assert ds["t"].attrs["units"] == "degC"
+        a = ds.attrs
+        assert a["namelist"] == str(config.to_namelist())
+        assert a["source_hash"] == source_hash() and len(a["source_hash"]) == 64
+        assert a["core"] == "explicit" and a["members"] == MEMBERS and a["seed"] == SEED
+        assert a["steps_between_snapshots"] == EVERY_STEPS and a["Conventions"] == "CF-1.8"
+        assert a["world_size"] == 1 and a["perturb"] == "ic"
+
+
+def test_member_0_is_a_normal_run_bit_for_bit(made):
+    """A separate ExplicitCore run in gradient mode (run_time_loop, no fast
+    path), compared at every snapshot step, grid included."""
+    config_path, path, _ = made
+    data = read(path)
+    core = ExplicitCore(load_config(config_path))
+    core.run_initialization()
+    for name in grid_fields():
+        assert np.array_equal(pom2k(data[name]), core.state[name].numpy()), name
+    for n, iint in enumerate(data["iint"]):
+        core.iend = int(iint)
+        core.run_time_loop()
+        for name in state_fields():
+            assert np.array_equal(pom2k(data[name][0, n]), core.state[name].numpy()), (iint, name)
+
+
+def test_a_core_restored_from_any_snapshot_continues_bit_for_bit(made):
+    """Every sample of every member: a fresh core, never set up, restored
+    from the Dataset's record, run 3 steps normally, equals the next
+    snapshot in every field."""
+    config_path, path, _ = made
+    config = load_config(config_path)
+    ds = SnapshotDataset(path, horizon=1, fields=state_fields())
+    assert len(ds) == MEMBERS * RECORDS
+    for i in range(len(ds)):
+        sample = ds[i]
+        core = ExplicitCore(config)
+        core.restore(ds.restore_record(sample))
+        assert core.iint == sample["iint"]
+        core.iend = core.iint + EVERY_STEPS
+        core.run_time_loop()
+        assert core.iint == int(sample["target_iint"][0])
+        for name in state_fields():
+            assert torch.equal(core.state[name], sample["target"][name][0]), (i, name)
+
+
+def test_samples_never_cross_members_and_are_in_pom2k_order(made):
+    _, path, _ = made
+    data = read(path)
+    ds = SnapshotDataset(path, horizon=2)
+    assert len(ds) == MEMBERS * (RECORDS + 1 - 2) and ds.members == [0, 1, 2]
+    sample = ds[len(ds) - 1]                   # the last start of the last member
+    assert sample["member"] == 2 and sample["iint"] == 6
+    assert sample["target_iint"].tolist() == [9, 12]
+    assert set(sample["target"]) == set(variables.names("prognostic"))
+    assert sample["target"]["t"].shape == (2, 8, 7, 5) and sample["state"]["u"].shape == (8, 7, 5)
+    assert np.array_equal(sample["target"]["t"][1].numpy(), pom2k(data["t"][2, 4]))
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    assert len(SnapshotDataset(path, horizon=RECORDS + 1)) == 0
+    with pytest.raises(ValueError, match="nope"):
+        SnapshotDataset(path, fields=["t", "nope"])
+
+
+def test_a_pickled_dataset_opens_its_own_files(made):
+    """What a DataLoader worker gets: no open file, the same samples."""
+    _, path, _ = made
+    ds = SnapshotDataset(path, horizon=1)
+    want = ds[5]
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy._handles == {}
+    got = copy[5]
+    assert all(torch.equal(got["target"][n], want["target"][n]) for n in want["target"])
+
+
+def test_perturbed_members_differ_and_follow_from_the_seed(made):
+    """Member m's initial t is member 0's plus amplitude * the normal draws
+    of numpy's default_rng seeded from SeedSequence([seed, m]), computed
+    here independently; its later snapshots differ from member 0's."""
+    _, path, _ = made
+    data = read(path)
+    fsm = pom2k(data["fsm"])
+    wet = fsm[:, :, None] * (np.arange(5) < 4)
+    assert data["perturbation_seed"][0] == -1
+    for m in (1, 2):
+        seed = int(np.random.SeedSequence([SEED, m]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+        assert data["perturbation_seed"][m] == seed
+        noise = np.random.default_rng(seed).standard_normal((8, 7, 5))
+        t0 = pom2k(data["t"][0, 0])
+        assert np.array_equal(pom2k(data["t"][m, 0]), t0 + AMPLITUDE * (noise * wet))
+        assert np.array_equal(pom2k(data["tb"][m, 0]), pom2k(data["tb"][0, 0]) + AMPLITUDE * (noise * wet))
+        assert not np.array_equal(data["rho"][m, 0], data["rho"][0, 0])     # recomputed
+        for name in ("u", "t", "el"):
+            assert not np.array_equal(data[name][m, -1], data[name][0, -1]), (m, name)
+    assert not np.array_equal(data["t"][1, -1], data["t"][2, -1])
+
+
+def test_the_same_seed_gives_the_same_data_and_another_seed_other_members(made, tmp_path):
+    config, path, _ = made
+    assert main(generate_args(config, tmp_path / "same")) == 0
+    assert main(generate_args(config, tmp_path / "other", "--seed", SEED + 1)) == 0
+    first, same, other = (read(p) for p in (path, tmp_path / "same" / "dataset.nc",
+                                             tmp_path / "other" / "dataset.nc"))
+    for name in first:
+        assert np.array_equal(first[name], same[name]), name
+    assert np.array_equal(first["t"][0], other["t"][0])
+    assert not np.array_equal(first["t"][1], other["t"][1])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--every", "0.0006"), "pompy: --every 0.0006: not a multiple of dti = 18 s; "
+                            "nearest: 0.000416667 or 0.000625 days"),
+    (("--days", "0.0026"), "pompy: --days 0.0026: not a multiple of --every = 0.000625 days "
+                           "(3 steps of dti = 18 s); nearest: 0.0025 or 0.003125 days"),
+    (("--every", "0.0001"), "pompy: --every 0.0001: not a multiple of dti = 18 s; "
+                            "nearest: 0.000208333 days"),
+])
+def test_bad_every_or_days_is_one_line(made, tmp_path, capsys, args, message):
+    config, _, _ = made
+    argv = generate_args(config, tmp_path / "bad")
+    for flag, value in zip(args[::2], args[1::2]):
+        argv[argv.index(flag) + 1] = value
+    assert main(argv) == 2
+    assert capsys.readouterr().err == message + "\n"
+    assert not (tmp_path / "bad" / "dataset.nc").exists()
+
+
+def test_the_nearest_value_named_is_accepted(made, tmp_path, capsys):
+    config, _, _ = made
+    argv = generate_args(config, tmp_path / "near", "--members", 1)
+    argv[argv.index("--every") + 1] = "0.000416667"        # 2 steps, as printed above
+    argv[argv.index("--days") + 1] = "0.000833333"
+    assert main(argv) == 0
+    assert read(tmp_path / "near" / "dataset.nc")["iint"].tolist() == [0, 2, 4]
+
+
+def test_an_existing_dataset_is_refused_without_overwrite(made, capsys):
+    config, path, _ = made
+    before = path.read_bytes()
+    assert main(generate_args(config, path.parent)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "dataset.nc" in err and "--overwrite" in err
+    assert path.read_bytes() == before
+
+
+def test_overwrite_replaces_it(made, tmp_path):
+    config, _, _ = made
+    assert main(generate_args(config, tmp_path, "--members", 1)) == 0
+    assert main(generate_args(config, tmp_path, "--overwrite")) == 0
+    assert read(tmp_path / "dataset.nc")["member"].tolist() == [0, 1, 2]
+
+
+def test_a_member_that_blows_up_leaves_no_dataset(made, tmp_path, capsys):
+    config, _, _ = made
+    assert main(generate_args(config, tmp_path, "--set", "vmaxl=1e-9")) == 3
+    assert "member 0" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_size_estimate_is_printed_first_and_close(made):
+    """Measured: the estimate is 0.07 % below this file's size (the values'
+    bytes are exact; HDF5's metadata is a measured constant)."""
+    _, path, err = made
+    first = err.splitlines()[0]
+    assert first.startswith(f"pompy generate: {path} will take about ")
+    estimate = float(first.split("about ")[1].split(" MB")[0]) * 1e6
+    assert abs(estimate / path.stat().st_size - 1) < 0.01
+
+
+def test_help_documents_the_perturbations(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "member 0 is unperturbed" in out and "SeedSequence([S, m])" in out
+    assert "no wind perturbation" in out and "rank m % K" in out
+
+
+def test_torchrun_ranks_split_the_members_and_their_union_is_the_dataset(made, tmp_path):
+    """Two `python -m pompy.generate` processes as torchrun starts them
+    (RANK, WORLD_SIZE; no process group): rank 0 has members 0 and 2, rank 1
+    member 1, and together they hold a single process's dataset to the bit."""
+    config, path, _ = made
+    argv = [sys.executable, "-m", "pompy.generate", *generate_args(config, tmp_path)[1:]]
+    procs = [subprocess.Popen(argv, env=os.environ | {"RANK": str(r), "WORLD_SIZE": "2"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["dataset_rank0.nc", "dataset_rank1.nc"]
+    ranks = [read(tmp_path / f"dataset_rank{r}.nc") for r in (0, 1)]
+    assert ranks[0]["member"].tolist() == [0, 2] and ranks[1]["member"].tolist() == [1]
+    single = read(path)
+    for data in ranks:
+        for local, m in enumerate(data["member"]):
+            for name in state_fields() + ["perturbation_seed"]:
+                assert np.array_equal(data[name][local], single[name][m]), (m, name)
+    union = SnapshotDataset(tmp_path, horizon=1)
+    assert sorted(union.members) == [0, 1, 2] and len(union) == MEMBERS * RECORDS
+    with pytest.raises(ValueError, match="member 0"):
+        SnapshotDataset([path, tmp_path / "dataset_rank0.nc"])
