@@ -40,7 +40,7 @@ from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.errors import ConfigError
 
 POLICY_GROUP = "gradient_policy"
-CORES = ("explicit", "oracle")      # what `pompy run --core` can run
+CORES = ("explicit", "implicit", "oracle")      # what `pompy run --core` can run
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -94,6 +94,14 @@ class Config:
     smoth: float = _param(0.1, "Asselin time filter weight (dimensionless)")
     alpha: float = _param(0.225, "weight of the surface slope term in the external mode (dimensionless)")
     aam_init: float = _param(500.0, "initial horizontal viscosity aam (m2 s-1)")
+    # the implicit core's free surface (pompy.core.external.implicit; not pom2k's)
+    theta: float = _param(0.55, "implicit core: weight of the new elevation in its gravity-wave "
+                                "terms (0.5 neutral, 1 fully implicit)")
+    cg_tol: float = _param(1e-12, "implicit core: relative residual |b - A x|/|b| the elevation "
+                                  "solver reaches (dimensionless)")
+    cg_maxiter: int = _param(500, "implicit core: most conjugate-gradient iterations per step "
+                                  "(the reference solver always runs this many, converged "
+                                  "entries frozen)")
     # pompy's run controls (not pom2k's)
     output_every: float = _param(0.0, "days between NetCDF output records (0: pom2k's print "
                                       "interval, prtd1 then prtd2)")
@@ -306,6 +314,9 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
     "smoth": (lambda v, c: 0 <= v <= 1, "in [0, 1]"),
     "alpha": (lambda v, c: 0 <= v <= 0.5, "in [0, 0.5]"),
     "aam_init": (lambda v, c: v >= 0, ">= 0"),
+    "theta": (lambda v, c: 0.5 <= v <= 1, "in [0.5, 1] (below 0.5 the scheme is unstable)"),
+    "cg_tol": (lambda v, c: 0 < v < 1, "in (0, 1)"),
+    "cg_maxiter": (lambda v, c: v >= 1, ">= 1"),
     "output_every": (lambda v, c: v >= 0, ">= 0 (0: pom2k's print interval)"),
     "restart_every": (lambda v, c: v >= 0, ">= 0 (0: a restart at the end only)"),
 }

@@ -26,7 +26,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pompy.config import CORES, Config, nint
-from pompy.core.setup import check_external_cfl
+from pompy.core.setup import check_external_cfl, check_internal_cfl
 from pompy.errors import InputError, Interrupted, ModelStop
 from pompy.io import OutputWriter, Restart, estimate_output_bytes, read_restart, write_restart
 from pompy.resources import available_bytes, estimate_run_bytes, gigabytes
@@ -96,11 +96,13 @@ def make_model(config: Config, core: str = "explicit", device: str = "cpu",
         import torch
 
         from pompy.core.explicit import ExplicitCore
+        from pompy.core.implicit import ImplicitCore
 
-        model = ExplicitCore(config, device=device, dtype=getattr(torch, dtype))
+        kind = ImplicitCore if core == "implicit" else ExplicitCore
+        model = kind(config, device=device, dtype=getattr(torch, dtype))
         model.run_initialization()
-    if check_cfl:
-        check_external_cfl(config, model.state)     # the set-up's own grid, not a copy
+    if check_cfl:                                   # the set-up's own grid, not a copy
+        (check_internal_cfl if core == "implicit" else check_external_cfl)(config, model.state)
     if restart is not None:
         saved = restart if isinstance(restart, Restart) else read_restart(restart, config)
         model.load_state(model.numpy_state() | saved.state, iint=saved.iint, time0=saved.time0)

@@ -66,6 +66,22 @@ class NonFiniteState(ModelStop):
         return NonFiniteState(self.iint, self.field, self.where, path)
 
 
+class NotConverged(ModelStop):
+    """The implicit free surface's elevation solver missed its tolerance."""
+
+    def __init__(self, iint: int, residual: float, tol: float, maxiter: int,
+                 restart: Path | None = None):
+        self.iint, self.residual, self.tol, self.maxiter, self.restart = (iint, residual, tol,
+                                                                          maxiter, restart)
+        super().__init__(self._finish(
+            f"step iint={iint}: the elevation solver stopped at relative residual {residual:.3g} "
+            f"> cg_tol={tol:g} after cg_maxiter={maxiter} iterations (raise cg_maxiter, or lower "
+            "dti)"))
+
+    def with_restart(self, path: Path) -> NotConverged:
+        return NotConverged(self.iint, self.residual, self.tol, self.maxiter, path)
+
+
 class Interrupted(Exception):
     """A run stopped by a signal (SIGINT, SIGTERM) after a completed step;
     the driver writes that step's restart and the command line exits

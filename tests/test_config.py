@@ -22,6 +22,7 @@ POM2K_DEFAULTS = dict(
     cbcmin=0.0025, cbcmax=1.0, horcon=0.2, tprni=0.2, umol=2e-5, hmax=4500.0, vmaxl=100.0,
     slmax=2.0, kl1=6, kl2=19, ntp=2, nbct=1, nbcs=1, ispadv=5, smoth=0.1, alpha=0.225,
     aam_init=500.0, icfile="",
+    theta=0.55, cg_tol=1e-12, cg_maxiter=500,    # the implicit core's
     output_every=0.0, restart_every=0.0,      # pompy's run controls
 )
 

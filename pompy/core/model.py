@@ -47,7 +47,7 @@ from pompy.autodiff.policies import (GradientPolicyConfig, captured_policies, la
 from pompy.calls import apply
 from pompy.config import Config, nint, parameters
 from pompy.core import setup, stepping
-from pompy.errors import CFLViolation, ModelStop, NonFiniteState
+from pompy.errors import CFLViolation, ModelStop, NonFiniteState, NotConverged
 
 # checkpoint= choices: none, the heavy routines (turbulence, tracers,
 # momentum), or whole internal steps
@@ -317,11 +317,11 @@ class Core:
             policies = captured_policies()
         fixed = (dict(self.params, ramp=ramp), dict(self.routines), self.time0, policies)
         if self.checkpoint == "steps" and torch.is_grad_enabled():
-            s, vamax, imax, jmax, going = torch_checkpoint(self._advance, good, iint, *fixed,
+            s, vamax, imax, jmax, going, residual = torch_checkpoint(self._advance, good, iint, *fixed,
                                                            use_reentrant=False,
                                                            preserve_rng_state=False)
         else:
-            s, vamax, imax, jmax, going = self._advance(good, iint, *fixed)
+            s, vamax, imax, jmax, going, residual = self._advance(good, iint, *fixed)
         self.vamax = vamax
         object.__setattr__(self, "state", s)
         self.iint, self.time = iint, time
@@ -330,6 +330,8 @@ class Core:
             if vamax > self.config.vmaxl:
                 raise CFLViolation(iint, vamax, int(imax), int(jmax), self.config.vmaxl,
                                    field=self.external.checked_field)
+            if residual is not None and not residual <= self.config.cg_tol:
+                raise NotConverged(iint, residual, self.config.cg_tol, self.config.cg_maxiter)
             raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
 
     def _advance(self, state: dict, iint: int, p: dict, routines: dict, time0: float,
@@ -351,15 +353,19 @@ class Core:
         s = self.external.external_mode(s, p, routines)
         # the velocity check: the first value read from the device this
         # step (a NaN fails it; pom2k's check skips NaN)
-        vamax = float(s.pop("vamax"))
+        residual = s.pop("cg_residual", None)        # an implicit free surface's solver
+        if residual is None:
+            vamax = float(s.pop("vamax"))
+        else:                                        # one read for both checks
+            vamax, residual = torch.stack([s.pop("vamax").to(residual.dtype), residual]).tolist()
         imax, jmax = s.pop("imax"), s.pop("jmax")
-        going = vamax <= c.vmaxl
+        going = vamax <= c.vmaxl and (residual is None or residual <= c.cg_tol)
         if going:
             if (iint != 1 or time0 != 0.0) and c.mode != 2:
                 s = stepping.internal_step(s, p, routines)
             s = stepping.end_of_step(s)
             going = all_finite(s)              # the second value read
-        return s, vamax, imax, jmax, going
+        return s, vamax, imax, jmax, going, residual
 
     def run_generation_day(self, steps_per_day: int | None = None,
                            capture_interval: int = 0) -> list[dict]:

@@ -5,6 +5,7 @@ coordinates after; and the external CFL check, which reads that set-up.
     set_up(config)                            torch: float64 CPU tensors
     set_up(config, initialize, zeros, array)  e.g. the oracle: Fortran-ordered numpy
     check_external_cfl(config, state)         dte < the smallest tps over wet points
+    check_internal_cfl(config, state)         dti < the internal limit (the implicit core's)
 
 A run sets up once: the driver builds its model (one set-up) and checks the
 CFL limit on the model's own state before the first step.
@@ -83,3 +84,27 @@ def check_external_cfl(config: Config, state: Mapping | None = None) -> None:
             f"tps = 0.5/sqrt(1/dx**2+1/dy**2)/sqrt(grav*(h+small)) over wet points, at (i={i + 1}, j={j + 1}) "
             f"where dx={grid['dx'][i, j]:.6g} m, dy={grid['dy'][i, j]:.6g} m, h={grid['h'][i, j]:.6g} m"
         )
+
+
+# the internal mode's speed bound C_T = 2 C + U_max of the POM user's guide
+# (C ~ 2 m/s the largest internal gravity wave speed, U_max ~ 1 m/s the
+# largest advective speed): the implicit core's CFL limit
+INTERNAL_SPEED = 5.0
+
+
+def check_internal_cfl(config: Config, state: Mapping) -> None:
+    """Reject a dti at or above the internal (advective) CFL limit,
+    0.5/sqrt(1/dx**2+1/dy**2)/C_T over wet points (C_T = INTERNAL_SPEED),
+    the one limit of a core whose free surface is implicit."""
+    grid = {name: np.asarray(torch.as_tensor(state[name]).detach().cpu().double())
+            for name in ("dx", "dy", "fsm")}
+    limits = np.where(grid["fsm"] > 0, 0.5 / np.sqrt(1 / grid["dx"] ** 2 + 1 / grid["dy"] ** 2)
+                      / INTERNAL_SPEED, np.inf)
+    i, j = np.unravel_index(np.argmin(limits), limits.shape)
+    if config.dti >= limits[i, j]:
+        raise ConfigError(
+            f"dti={config.dti!r} s breaks the internal CFL limit: dti must be < {limits[i, j]:.6g} s, "
+            f"0.5/sqrt(1/dx**2+1/dy**2)/C_T with C_T = {INTERNAL_SPEED} m/s (internal waves and "
+            f"advection), at (i={i + 1}, j={j + 1}) where dx={grid['dx'][i, j]:.6g} m, "
+            f"dy={grid['dy'][i, j]:.6g} m")
+

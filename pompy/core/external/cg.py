@@ -1,0 +1,204 @@
+"""Conjugate gradients for the implicit free surface's elevation equation.
+
+The operator is a symmetric five-point stencil on the (i, j) grid
+(:class:`FivePoint`): on the active cells (the unknowns)
+
+    (A x)(i,j) = diag(i,j) x(i,j) - cx(i,j) x(i-1,j) - cx(i+1,j) x(i+1,j)
+                                  - cy(i,j) x(i,j-1) - cy(i,j+1) x(i,j+1)
+
+with cx(i,j) the coefficient of the face between cells i-1 and i (as dum
+sits on it) and cy(i,j) that between j-1 and j; faces that do not join two
+active cells carry 0. Elsewhere A is the identity (x = b). With diag >
+cx + cx(i+1) + cy + cy(j+1) and c >= 0 it is symmetric positive definite.
+
+Two solvers, both to the relative residual ``tol`` (|b - A x| <= tol |b|):
+
+- :func:`solve` (the reference): plain CG with a fixed iteration budget,
+  every entry frozen by masks once converged, so nothing is read on the
+  host and no Python branch depends on a value; differentiable by implicit
+  differentiation: the backward pass is one more solve with the same
+  (symmetric) operator, A lambda = dL/dx, and gives dL/db = lambda,
+  dL/ddiag = -lambda x, dL/dcx(i) = lambda(i) x(i-1) + lambda(i-1) x(i)
+  (likewise cy), so its memory does not grow with the iteration count;
+  forward mode likewise (x' = A^-1 (b' - A' x)). It also returns the
+  final relative residual, which the core checks (one host read per
+  step, with the velocity check).
+- :func:`pcg` (accelerated, for data generation without gradients):
+  Jacobi-preconditioned CG that stops when the residual, read on the host
+  every ``check_every`` iterations, is small enough.
+
+:func:`solve_auto` takes the reference whenever ``torch.is_grad_enabled()``
+(the seed's pitfall 3: the accelerated solver's host reads and early exit
+would cut the gradient), the accelerated one otherwise.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from pompy.ops import xm, xp, ym, yp
+
+
+class FivePoint(NamedTuple):
+    diag: Tensor       # (im, jm)
+    cx: Tensor         # (im, jm): face between i-1 and i; 0 unless both cells are active
+    cy: Tensor         # (im, jm): face between j-1 and j
+    active: Tensor     # (im, jm) bool: the unknowns
+
+    def __matmul__(self, x: Tensor) -> Tensor:
+        return apply(self, x)
+
+
+def apply(a: FivePoint, x: Tensor) -> Tensor:
+    """A x (the module docstring); the edge placeholders of the shifts meet
+    zero coefficients."""
+    ax = a.diag * x - a.cx * xm(x) - xp(a.cx) * xp(x) - a.cy * ym(x) - yp(a.cy) * yp(x)
+    return torch.where(a.active, ax, x)
+
+
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    return (a * b).sum()
+
+
+def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = None
+        ) -> tuple[Tensor, Tensor]:
+    """Fixed-budget CG with converged entries frozen: (x, |r|/|b|)."""
+    x = torch.zeros_like(b) if x is None else x
+    r = b - apply(a, x)
+    p = r
+    rr = _dot(r, r)
+    bb = _dot(b, b)
+    limit = (tol * tol) * torch.where(bb > 0, bb, torch.ones_like(bb))
+    one = torch.ones_like(rr)
+    for _ in range(maxiter):
+        going = rr > limit
+        ap = apply(a, p)
+        pap = _dot(p, ap)
+        alpha = torch.where(going, rr / torch.where(pap != 0, pap, one), 0 * one)
+        x = x + alpha * p
+        r = r - alpha * ap
+        rr_new = _dot(r, r)
+        beta = torch.where(going, rr_new / torch.where(rr != 0, rr, one), 0 * one)
+        p = torch.where(going, r + beta * p, p)
+        rr = torch.where(going, rr_new, rr)
+    return x, torch.sqrt(rr / torch.where(bb > 0, bb, one))
+
+
+def _face_grads(lam: Tensor, x: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """dL/ddiag, dL/dcx, dL/dcy for A x = b and the adjoint lam."""
+    lam = torch.where(active, lam, torch.zeros_like(lam))
+    gdiag = -lam * x
+    gcx = lam * xm(x) + xm(lam) * x
+    gcy = lam * ym(x) + ym(lam) * x
+    return gdiag, gcx, gcy
+
+
+class _Solve(torch.autograd.Function):
+    """x = A^-1 b by the fixed-budget CG, differentiated implicitly."""
+
+    @staticmethod
+    def forward(diag, cx, cy, active, b, tol, maxiter):
+        x, res = _cg(FivePoint(diag, cx, cy, active), b, tol, maxiter)
+        return x, res
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        diag, cx, cy, active, b, tol, maxiter = inputs
+        x, _ = output
+        ctx.save_for_backward(diag, cx, cy, active, x)
+        ctx.save_for_forward(diag, cx, cy, active, x)
+        ctx.tol, ctx.maxiter = tol, maxiter
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad_x, grad_res):
+        diag, cx, cy, active, x = ctx.saved_tensors
+        a = FivePoint(diag, cx, cy, active)
+        lam, _ = _cg(a, grad_x, ctx.tol, ctx.maxiter)      # A symmetric: A^T = A
+        gdiag, gcx, gcy = _face_grads(lam, x, active)
+        return gdiag, gcx, gcy, None, lam, None, None
+
+    @staticmethod
+    def jvp(ctx, diag_t, cx_t, cy_t, active_t, b_t, tol_t, maxiter_t):
+        diag, cx, cy, active, x = ctx.saved_tensors
+        zero = torch.zeros_like(x)
+        tangent_a = FivePoint(zero if diag_t is None else diag_t, zero if cx_t is None else cx_t,
+                              zero if cy_t is None else cy_t, active)
+        rhs = (zero if b_t is None else b_t) - torch.where(active, apply(tangent_a, x), zero)
+        x_t, _ = _cg(FivePoint(diag, cx, cy, active), rhs, ctx.tol, ctx.maxiter)
+        return x_t, None
+
+
+def solve(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
+    """The reference CG: (x, relative residual), differentiable in diag, cx,
+    cy and b (module docstring)."""
+    return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter)
+
+
+def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
+        ) -> tuple[Tensor, Tensor, int]:
+    """Jacobi-preconditioned CG with early exit (no gradients): (x, relative
+    residual, iterations). The residual is read on the host every
+    ``check_every`` iterations."""
+    with torch.no_grad():
+        inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
+        x = torch.zeros_like(b)
+        r = b.clone()
+        z = inverse * r
+        p = z
+        rz = _dot(r, z)
+        bb = float(_dot(b, b)) or 1.0
+        limit = tol * tol * bb
+        done = 0
+        while done < maxiter:
+            for _ in range(min(check_every, maxiter - done)):
+                ap = apply(a, p)
+                pap = _dot(p, ap)
+                alpha = rz / torch.where(pap != 0, pap, torch.ones_like(pap))
+                x = x + alpha * p
+                r = r - alpha * ap
+                z = inverse * r
+                rz_new = _dot(r, z)
+                p = z + (rz_new / torch.where(rz != 0, rz, torch.ones_like(rz))) * p
+                rz = rz_new
+            done += min(check_every, maxiter - done)
+            rr = float(_dot(r, r))
+            if rr <= limit:
+                break
+        return x, torch.tensor((rr / bb) ** 0.5, dtype=b.dtype), done
+
+
+def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
+    """The reference CG when gradients are enabled, the accelerated PCG
+    otherwise (the seed's pitfall 3)."""
+    if torch.is_grad_enabled():
+        return solve(a, b, tol, maxiter)
+    x, res, _ = pcg(a, b, tol, maxiter)
+    return x, res
+
+
+def to_scipy(a: FivePoint):
+    """A as a scipy.sparse CSR matrix (cells numbered i fastest, pom2k's
+    order), for direct solves in tests and checks."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    diag, cx, cy, active = (t.detach().cpu().double().numpy() if t.dtype != torch.bool
+                            else t.cpu().numpy() for t in a)
+    im, jm = diag.shape
+    index = lambda i, j: i + im * j            # noqa: E731
+    rows, cols, vals = [], [], []
+    for j in range(jm):
+        for i in range(im):
+            n = index(i, j)
+            if not active[i, j]:
+                rows.append(n), cols.append(n), vals.append(1.0)
+                continue
+            rows.append(n), cols.append(n), vals.append(diag[i, j])
+            for di, dj, c in ((-1, 0, cx[i, j]), (1, 0, cx[i + 1, j] if i + 1 < im else 0.0),
+                              (0, -1, cy[i, j]), (0, 1, cy[i, j + 1] if j + 1 < jm else 0.0)):
+                if c != 0.0:
+                    rows.append(n), cols.append(index(i + di, j + dj)), vals.append(-c)
+    return sp.csr_matrix((np.array(vals), (np.array(rows), np.array(cols))), shape=(im * jm,) * 2)
