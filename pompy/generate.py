@@ -39,8 +39,10 @@ own ``DIR/dataset_rank<RANK>.nc``; no process group is made (the ranks do
 not talk). pompy.dataset.SnapshotDataset combines the files. With
 ``--device cuda`` a rank runs on ``cuda:LOCAL_RANK``.
 
-The core comes from :data:`CORES` (name -> Core subclass); any core on
-pompy.core.model.Core works. Before anything runs the command checks the
+The core comes from :data:`CORES` (name -> the Core subclass and its CFL
+check on the set-up); any core on pompy.core.model.Core works, as only
+Core's interface is used (run_initialization, capture, snapshot, restore,
+inject, run_generation_day). Before anything runs the command checks the
 schedule, the output folder (an existing dataset is refused without
 --overwrite), the device, the memory and the disk, and prints the
 dataset's estimated size on stderr; the file is written under a temporary
@@ -56,8 +58,9 @@ import os
 import shutil
 import sys
 import time as _time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -75,12 +78,15 @@ from pompy.io import _axes, _create, _define, _to_cf
 from pompy.oracle.build import SOURCE_DIR
 from pompy.resources import gigabytes
 
-# The cores `pompy generate --core` runs, by name: one line per core.
-CORES: dict[str, type[Core]] = {"explicit": ExplicitCore}
-# A core's CFL check on its set-up, before the first step. The split-explicit
-# one checks dte against the external limit; a scheme without that limit
-# relies on the time loop's own velocity check.
-CFL_CHECKS = {"explicit": check_external_cfl}
+
+class CoreKind(NamedTuple):
+    core: type[Core]                            # a Core subclass: cls(config, device=, dtype=)
+    check_cfl: Callable[[Config, Mapping], None]  # its CFL check on the set-up, before step 1
+
+
+# The cores `pompy generate --core` runs, by name: one line per core, e.g.
+# "implicit": CoreKind(ImplicitCore, check_internal_cfl).
+CORES: dict[str, CoreKind] = {"explicit": CoreKind(ExplicitCore, check_external_cfl)}
 PERTURBATIONS = ("ic",)
 DEFAULT_AMPLITUDE = 0.01      # degC: well below the seamount's vertical T contrast (~15 degC)
 # HDF5's own bytes in an uncompressed dataset (superblock, object headers,
@@ -276,11 +282,10 @@ def _device(device: str, local_rank: int, world: int) -> str:
 
 
 def _set_up(core_name: str, config: Config, device: str, dtype: str) -> Core:
-    core = CORES[core_name](config, device=device, dtype=getattr(torch, dtype))
+    kind = CORES[core_name]
+    core = kind.core(config, device=device, dtype=getattr(torch, dtype))
     core.run_initialization()
-    check = CFL_CHECKS.get(core_name)
-    if check is not None:
-        check(config, core.state)
+    kind.check_cfl(config, core.state)          # the set-up's own grid, as pompy run does
     return core
 
 
