@@ -498,7 +498,7 @@ def warm_core():
     return core
 
 
-def core_objective(core, steps: int = 2, seed: int = 0):
+def core_objective(core, steps: int = 2, seed: int = 0, wrt: tuple[str, ...] = CORE_WRT):
     """(f, x0): f(el, elb, t, tb, u, ub, horcon) runs ``steps`` internal
     steps (each with its external passes) of ``core`` from its current
     state, with those fields set on the core as given (leaf tensors
@@ -512,7 +512,7 @@ def core_objective(core, steps: int = 2, seed: int = 0):
     def run(*x):
         object.__setattr__(core, "state", dict(base))
         core.iint, core.time = iint0, time0
-        for name, value in zip(CORE_WRT, x):
+        for name, value in zip(wrt, x):
             setattr(core, name, value)                    # core.el = x, ...
         core.params["horcon"] = x[-1]
         core.iend = iint0 + steps
@@ -524,7 +524,7 @@ def core_objective(core, steps: int = 2, seed: int = 0):
             object.__setattr__(core, "state", base)
             core.iint, core.time = iint0, time0
 
-    x0 = tuple(base[n].detach().clone().requires_grad_(True) for n in CORE_WRT) + (
+    x0 = tuple(base[n].detach().clone().requires_grad_(True) for n in wrt) + (
         torch.tensor(float(horcon0), dtype=DT, requires_grad=True),)
     with torch.no_grad():
         after = run(*(x.detach() for x in x0))

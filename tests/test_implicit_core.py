@@ -1,0 +1,250 @@
+"""The implicit core (issue 11): its elevation operator, the two solvers
+against scipy's direct solve, implicit differentiation against finite
+differences, continuity and conservation, gradients through whole steps,
+and the fast path. The comparison with its Fortran twin is in
+tests/test_implicit_oracle.py; the long runs (10 days at dti = 600 s, one
+day against the explicit core) in validation/implicit_core.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+import torch
+
+from pompy import variables
+from pompy.config import load_config
+from pompy.core.external import cg
+from pompy.core.stepping import ROUTINES
+from pompy.core.external import implicit as scheme
+from pompy.core.implicit import ImplicitCore
+from pompy.errors import NotConverged
+from test_gradcheck import (CORE_OUT, CORE_WRT, check_gradients, core_objective, guards_watched,
+                            section_forward, state_of)
+
+CONFIGS = Path(__file__).parents[1] / "configs"
+DT = torch.float64
+
+
+def seamount(**changes):
+    """An 8x7x5 seamount at dti = 90 s (dte 6, isplit 15; the implicit core
+    takes one external step per dti)."""
+    config = load_config(CONFIGS / "seamount.nml")
+    return dataclasses.replace(config, **{**dict(im=8, jm=7, kb=5, kl1=2, kl2=3, isplit=15),
+                                          **changes})
+
+
+def developed(config=None, steps=2, **kw) -> ImplicitCore:
+    core = ImplicitCore(config or seamount(), **kw)
+    core.run_initialization()
+    core.iend = steps
+    core.run_time_loop()
+    return core
+
+
+def operator_of(core) -> tuple[cg.FivePoint, torch.Tensor]:
+    """The elevation equation of the core's next step: (A, rhs)."""
+    seen = {}
+
+    def spy(a, b, tol, maxiter):
+        seen["a"], seen["b"] = a, b
+        return cg.solve(a, b, tol, maxiter)
+    s = dict(core.state)
+    scheme.implicit_step(s, dict(core.params), core.routines, solver=spy)
+    return seen["a"], seen["b"]
+
+
+# ------------------------------------------------------------------ the operator and solvers
+
+def test_the_operator_is_symmetric_positive_definite_with_identity_land_rows():
+    a, _ = operator_of(developed(seamount(im=12, jm=10)))
+    m = cg.to_scipy(a)
+    assert abs(m - m.T).max() == 0.0
+    dense = m.toarray()
+    assert np.linalg.eigvalsh(dense).min() > 0
+    inactive = ~a.active.numpy().T.reshape(-1)        # i fastest, as to_scipy numbers cells
+    assert np.array_equal(dense[inactive][:, inactive], np.eye(inactive.sum()))
+    assert not dense[inactive][:, ~inactive].any()
+
+
+@pytest.mark.parametrize("solver", ["reference", "pcg"])
+def test_both_solvers_match_scipys_direct_solve(solver):
+    """Measured: 4e-16 (reference) and 3e-16 (pcg) relative to the solution."""
+    a, b = operator_of(developed(seamount(im=12, jm=10)))
+    want = spla.spsolve(cg.to_scipy(a).tocsc(), b.numpy().T.reshape(-1))
+    want = torch.from_numpy(want.reshape(b.shape[::-1]).T.copy())
+    if solver == "reference":
+        x, res = cg.solve(a, b, 1e-13, 200)
+    else:
+        x, res, iterations = cg.pcg(a, b, 1e-13, 200)
+        assert iterations < 200
+    assert float(res) <= 1e-13
+    assert float((x - want).abs().max() / want.abs().max()) < 1e-10
+
+
+def test_pcg_and_reference_agree_within_tolerance():
+    a, b = operator_of(developed(seamount(im=12, jm=10)))
+    for tol in (1e-6, 1e-10):
+        x1, _ = cg.solve(a, b, tol, 300)
+        x2, _, _ = cg.pcg(a, b, tol, 300)
+        assert float((x1 - x2).norm() / x1.norm()) <= 10 * tol
+
+
+def test_reference_cg_gradients_match_finite_differences():
+    """Implicit differentiation w.r.t. the right-hand side and the
+    depth-dependent coefficients (diag, cx, cy), forward and reverse mode."""
+    a, b = operator_of(developed(seamount(im=6, jm=5)))
+    scale = float(a.diag[a.active].mean())
+
+    def f(diag, cx, cy, rhs):       # everything in units of the mean diagonal: x is unchanged
+        scaled = cg.FivePoint(diag * scale, cx * scale, cy * scale, a.active)
+        x, _ = cg.solve(scaled, rhs * scale, 1e-14, 200)
+        return x
+    inputs = tuple((t / scale).detach().clone().requires_grad_(True)
+                   for t in (a.diag, a.cx, a.cy, b))
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-7, atol=1e-7, check_forward_ad=True)
+
+
+def test_reference_cg_memory_does_not_grow_with_iterations():
+    """The graph keeps the same tensors for 10 or 400 iterations (implicit
+    differentiation: nothing per iteration is saved)."""
+    a, b = operator_of(developed(seamount(im=6, jm=5)))
+
+    def saved(maxiter):
+        count = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: count.append(t.numel()) or t,
+                                                      lambda t: t):
+            diag = a.diag.clone().requires_grad_(True)
+            cg.solve(cg.FivePoint(diag, a.cx, a.cy, a.active), b, 1e-14, maxiter)
+        return sum(count)
+    assert saved(10) == saved(400) > 0
+
+
+def test_with_gradients_the_reference_solver_is_used_and_gradients_flow(monkeypatch):
+    """The seed's pitfall 3: no PCG (host reads, early exit) under grad."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("pcg called with gradients enabled")
+    monkeypatch.setattr(cg, "pcg", refuse)
+    core = developed()
+    el0 = core.el.detach().clone().requires_grad_(True)
+    core.el = el0
+    core.iend = 4
+    core.run_time_loop()
+    (core.u.square().sum() + core.el.sum()).backward()
+    assert torch.isfinite(el0.grad).all() and float(el0.grad.abs().max()) > 0
+
+
+def test_without_gradients_pcg_gives_the_same_run_within_tolerance():
+    with torch.no_grad():
+        fast = developed(steps=6)
+    slow = developed(steps=6)
+    for name in ("el", "ua", "u", "t"):
+        a, b = fast.state[name], slow.state[name].detach()
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-9, name
+
+
+# ------------------------------------------------------------------ continuity and conservation
+
+def test_continuity_holds_to_round_off_with_the_internal_modes_transports():
+    """el(n+1) - el(n) = -dti (div(dy utf, dx vtf) / art + vfluxf) on the
+    interior wet cells: the transports the internal mode adjusts to are those
+    of the elevation's continuity, to round-off (not to the solver's
+    tolerance: cg_tol is set loose here)."""
+    core = developed(seamount(cg_tol=1e-4))
+    s0 = dict(core.state)
+    s = scheme.implicit_step(s0, dict(core.params), core.routines)
+    dy, dx, art, dti = s0["dy"], s0["dx"], s0["art"], core.config.dti
+    fu = s["utf"] * .5 * (dy + torch.roll(dy, 1, 0))
+    fv = s["vtf"] * .5 * (dx + torch.roll(dx, 1, 1))
+    div = (torch.roll(fu, -1, 0) - fu + torch.roll(fv, -1, 1) - fv)
+    change = s["el"] - s0["el"]
+    interior = torch.zeros_like(change, dtype=torch.bool)
+    interior[1:-1, 1:-1] = True
+    interior &= s0["fsm"] > 0
+    want = -dti * (div / art + s0["vfluxf"])
+    assert float((change - want)[interior].abs().max()) <= 1e-15 * float(s0["h"].max())
+
+
+@pytest.mark.parametrize("inflow", [False, True])
+def test_box_volume_is_conserved_or_rises_at_the_inflow_rate(inflow):
+    """The closed box for 0.1 day: measured volume change 1e-17 relative
+    per day without inflow (bar 1e-12); with vfluxf = -1e-5 m/s the mean
+    surface rises by 1e-5 m/s to 1e-13 relative."""
+    config = load_config(CONFIGS / "box.nml")
+    core = ImplicitCore(config)
+    core.run_initialization()
+    if not inflow:
+        core.vfluxf = torch.zeros_like(core.vfluxf)
+    wet = (core.fsm * core.art)
+
+    def volume(c):
+        return float(((c.h + c.el) * wet).sum())
+    v0 = volume(core)
+    with torch.no_grad():
+        core.iend = 48
+        core.run_time_loop()
+    elapsed = 48 * config.dti
+    if inflow:
+        rise = (volume(core) - v0) / float(wet.sum())
+        assert rise == pytest.approx(1e-5 * elapsed, rel=1e-12)
+    else:
+        assert abs(volume(core) - v0) / v0 / (elapsed / 86400) < 1e-12
+
+
+# ------------------------------------------------------------------ gradients through steps
+
+def test_implicit_step_gradcheck(oracle):
+    state, params = state_of(oracle, theta=0.55, cg_tol=1e-14, cg_maxiter=200, mode=3)
+    params.update(dti=90.0)
+    check_gradients(section_forward(lambda s, p: scheme.implicit_step(s, p, ROUTINES)),
+                    state, params, ("el", "ua", "va", "d"),
+                    "el elb ua va uab vab etf egf utf vtf".split())
+
+
+def test_two_whole_implicit_steps_gradcheck():
+    core = developed(seamount(cg_tol=1e-14, cg_maxiter=200))
+    wrt = tuple(n for n in CORE_WRT if n != "elb")      # a two-level scheme: elb is not read
+    f, x0 = core_objective(core, wrt=wrt)
+    with guards_watched() as fired:
+        grads = torch.autograd.grad(f(*x0), x0)
+    assert not fired, fired
+    for name, g in zip(wrt + ("horcon",), grads):
+        assert torch.isfinite(g).all() and g.abs().max() > 0, name
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        assert torch.autograd.gradcheck(f, x0, eps=1e-6, fast_mode=True)
+    assert set(CORE_OUT) <= set(variables.ALL)
+
+
+# ------------------------------------------------------------------ the run
+
+def test_a_step_far_past_the_external_cfl_limit_runs():
+    """dti = 600 s (dte 20, isplit 30): 80 times the 8x7x5 seamount's
+    external limit of 7.2 s per pass; the internal limit holds."""
+    core = developed(seamount(dte=20.0, isplit=30), steps=20)
+    assert core.vamax < 1.0 and torch.isfinite(core.el).all()
+
+
+def test_not_converging_stops_the_run():
+    core = ImplicitCore(seamount(cg_maxiter=1, cg_tol=1e-14))
+    core.run_initialization()
+    core.iend = 3
+    with pytest.raises(NotConverged, match=r"step iint=1: the elevation solver stopped at relative "
+                                           r"residual .* > cg_tol=1e-14 after cg_maxiter=1"):
+        core.run_time_loop()
+    assert core.last_good is not None
+
+
+def test_generation_day_is_a_normal_run_bit_for_bit():
+    """run_generation_day on the implicit core: without gradients the PCG
+    is used, so the reference run here is also without gradients."""
+    core = ImplicitCore(seamount())
+    core.run_initialization()
+    records = core.run_generation_day(4, capture_interval=2)
+    with torch.no_grad():
+        reference = developed(steps=4)
+    for name in ("el", "u", "t", "q2"):
+        assert torch.equal(records[-1][name], reference.state[name]), name
