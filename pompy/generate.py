@@ -303,6 +303,39 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, seed
         writer.write(local, n, record)
 
 
+class Plan(NamedTuple):
+    """What one process will do, known before anything runs."""
+    path: Path                 # its dataset file
+    members: list[int]         # its members (m % world == rank)
+    steps: int                 # internal steps between snapshots
+    records: int               # snapshots after time 0
+    device: str
+    rank: int
+    world: int
+
+
+def plan(config: Config, output_dir: Path, days: float, every: float, core: str, members: int,
+         perturb: str, amplitude: float, seed: int, device: str, dtype: str, overwrite: bool,
+         force: bool, environ: Mapping[str, str]) -> Plan:
+    """Every check before the run (InputError naming what is wrong): the
+    choices, the torchrun split, the schedule, the device, the output
+    folder and file, memory and disk."""
+    _check_choices(core, members, perturb, amplitude, seed)
+    rank, world, local_rank = distribution(environ)
+    if members < world:
+        raise InputError(f"--members {members} < WORLD_SIZE = {world}: rank {world - 1} "
+                         "would have no member")
+    steps, records = schedule(config, days, every)
+    device = _device(device, local_rank, world)
+    check_device("explicit", device, dtype)       # a torch core, wherever the explicit one runs
+    mine = list(range(rank, members, world))
+    path = dataset_file(output_dir, rank, world)
+    prepare_output(Path(output_dir), (path,), overwrite)
+    check_memory(config, core, dtype, force)
+    _check_disk(Path(output_dir), estimate_dataset_bytes(config, len(mine), records + 1), force)
+    return Plan(path, mine, steps, records, device, rank, world)
+
+
 def generate(config: Config, output_dir: Path, days: float, every: float, core: str = "explicit",
              members: int = 1, perturb: str = "ic", amplitude: float = DEFAULT_AMPLITUDE,
              seed: int = 0, device: str = "cpu", dtype: str = "float64", overwrite: bool = False,
@@ -314,45 +347,34 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
     where RANK and WORLD_SIZE are read (default os.environ); ``log``: the
     stream of the size line and per-member lines (default stderr)."""
     log = sys.stderr if log is None else log
-    _check_choices(core, members, perturb, amplitude, seed)
-    rank, world, local_rank = distribution(os.environ if environ is None else environ)
-    if members < world:
-        raise InputError(f"--members {members} < WORLD_SIZE = {world}: rank {world - 1} "
-                         "would have no member")
-    steps, records = schedule(config, days, every)
-    device = _device(device, local_rank, world)
-    check_device("explicit", device, dtype)       # a torch core, wherever the explicit one runs
-    mine = list(range(rank, members, world))
-    path = dataset_file(output_dir, rank, world)
-    prepare_output(Path(output_dir), (path,), overwrite)
-    check_memory(config, core, dtype, force)
-    size = estimate_dataset_bytes(config, len(mine), records + 1)
-    _check_disk(Path(output_dir), size, force)
-    prefix = f"pompy generate [rank {rank}/{world}]" if world > 1 else "pompy generate"
-    print(f"{prefix}: {path} will take about {size / 1e6:.3g} MB ({len(mine)} members x "
-          f"{records + 1} snapshots, every {steps} steps)", file=log, flush=True)
-    model = _set_up(core, config, device, dtype)
+    p = plan(config, output_dir, days, every, core, members, perturb, amplitude, seed, device,
+             dtype, overwrite, force, os.environ if environ is None else environ)
+    prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
+    size = estimate_dataset_bytes(config, len(p.members), p.records + 1)
+    print(f"{prefix}: {p.path} will take about {size / 1e6:.3g} MB ({len(p.members)} members x "
+          f"{p.records + 1} snapshots, every {p.steps} steps)", file=log, flush=True)
+    model = _set_up(core, config, p.device, dtype)
     start = model.capture()
-    seeds = [member_seed(seed, m) for m in mine]
-    attributes = _attributes(config, core, dtype, days, steps, members, perturb, amplitude,
-                             seed, rank, world)
-    writer = DatasetWriter(path, config, start, mine, seeds,
-                           [n * steps for n in range(records + 1)], start["time0"], attributes)
+    seeds = [member_seed(seed, m) for m in p.members]
+    attributes = _attributes(config, core, dtype, days, p.steps, members, perturb, amplitude,
+                             seed, p.rank, p.world)
+    writer = DatasetWriter(p.path, config, start, p.members, seeds,
+                           [n * p.steps for n in range(p.records + 1)], start["time0"], attributes)
     complete = False
     try:
-        for local, (m, member_seed_) in enumerate(zip(mine, seeds)):
+        for local, (m, m_seed) in enumerate(zip(p.members, seeds)):
             began = _time.perf_counter()
             try:
-                _run_member(model, start, writer, local, member_seed_, amplitude, steps, records)
+                _run_member(model, start, writer, local, m_seed, amplitude, p.steps, p.records)
             except ModelStop as exc:
-                exc.member = m
+                exc.member = m            # for the message: which member blew up
                 raise
-            print(f"{prefix}: member {m}: {records * steps} steps in "
+            print(f"{prefix}: member {m}: {p.records * p.steps} steps in "
                   f"{_time.perf_counter() - began:.2f} s", file=log, flush=True)
         complete = True
     finally:
-        writer.close(complete)
-    return path
+        writer.close(complete)           # renamed into place only when complete
+    return p.path
 
 
 def _check_choices(core: str, members: int, perturb: str, amplitude: float, seed: int) -> None:
