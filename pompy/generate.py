@@ -70,7 +70,8 @@ from pompy.calls import apply
 from pompy.config import Config, load_config
 from pompy.core.explicit import ExplicitCore
 from pompy.core.model import Core
-from pompy.core.setup import check_external_cfl
+from pompy.core.implicit import ImplicitCore
+from pompy.core.setup import check_external_cfl, check_internal_cfl
 from pompy.dataset import FORMAT, dataset_file, grid_fields, state_fields
 from pompy.driver import check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
@@ -84,9 +85,9 @@ class CoreKind(NamedTuple):
     check_cfl: Callable[[Config, Mapping], None]  # its CFL check on the set-up, before step 1
 
 
-# The cores `pompy generate --core` runs, by name: one line per core, e.g.
-# "implicit": CoreKind(ImplicitCore, check_internal_cfl).
-CORES: dict[str, CoreKind] = {"explicit": CoreKind(ExplicitCore, check_external_cfl)}
+# The cores `pompy generate --core` runs, by name: one line per core.
+CORES: dict[str, CoreKind] = {"explicit": CoreKind(ExplicitCore, check_external_cfl),
+                              "implicit": CoreKind(ImplicitCore, check_internal_cfl)}
 PERTURBATIONS = ("ic",)
 DEFAULT_AMPLITUDE = 0.01      # degC: well below the seamount's vertical T contrast (~15 degC)
 # HDF5's own bytes in an uncompressed dataset (superblock, object headers,
@@ -327,7 +328,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
                          "would have no member")
     steps, records = schedule(config, days, every)
     device = _device(device, local_rank, world)
-    check_device("explicit", device, dtype)       # a torch core, wherever the explicit one runs
+    check_device(core, device, dtype)
     mine = list(range(rank, members, world))
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)

@@ -325,3 +325,21 @@ def test_any_core_on_the_scheme_independent_core_generates(made, tmp_path, monke
     assert mine["t"].shape[0] == 2
     for name in state_fields():
         assert np.array_equal(mine[name], want[name][:2]), name
+
+
+def test_the_implicit_core_generates_too(tmp_path):
+    """--core implicit: member 0 is the implicit core's own run (without
+    gradients, as run_generation_day runs it) at the snapshot steps."""
+    from pompy.core.implicit import ImplicitCore
+
+    config = tmp_path / "tiny.nml"
+    tiny_config().to_namelist().write(config)
+    assert main(["generate", str(config), "--days", repr(4 * 18 / 86400), "--every",
+                 repr(2 * 18 / 86400), "--core", "implicit", "--output", str(tmp_path / "d")]) == 0
+    sample = SnapshotDataset(tmp_path / "d", horizon=2)[0]
+    core = ImplicitCore(tiny_config())
+    core.run_initialization()
+    with torch.no_grad():
+        core.iend = 4
+        core.run_time_loop()
+    assert torch.equal(sample["target"]["t"][-1], core.t)

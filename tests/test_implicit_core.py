@@ -72,7 +72,8 @@ def test_the_operator_is_symmetric_positive_definite_with_identity_land_rows():
 
 @pytest.mark.parametrize("solver", ["reference", "pcg"])
 def test_both_solvers_match_scipys_direct_solve(solver):
-    """Measured: 4e-16 (reference) and 3e-16 (pcg) relative to the solution."""
+    """Measured: 1.0e-13 (reference) and 5.4e-14 (pcg, 40 iterations)
+    relative to the solution, at cg_tol 1e-13."""
     a, b = operator_of(developed(seamount(im=12, jm=10)))
     want = spla.spsolve(cg.to_scipy(a).tocsc(), b.numpy().T.reshape(-1))
     want = torch.from_numpy(want.reshape(b.shape[::-1]).T.copy())
@@ -170,9 +171,9 @@ def test_continuity_holds_to_round_off_with_the_internal_modes_transports():
 
 @pytest.mark.parametrize("inflow", [False, True])
 def test_box_volume_is_conserved_or_rises_at_the_inflow_rate(inflow):
-    """The closed box for 0.1 day: measured volume change 1e-17 relative
-    per day without inflow (bar 1e-12); with vfluxf = -1e-5 m/s the mean
-    surface rises by 1e-5 m/s to 1e-13 relative."""
+    """The closed box for 48 steps: measured volume change 0 (to the last
+    bit) without inflow, bar 1e-12 relative per day; with vfluxf = -1e-5
+    m/s the mean surface rises by 1e-5 m/s, also exactly (bar 1e-12)."""
     config = load_config(CONFIGS / "box.nml")
     core = ImplicitCore(config)
     core.run_initialization()
