@@ -225,6 +225,10 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
     last = first - 1 + (steps if steps is not None else config.iend)
     output_dir = Path(output_dir)
     out_path, restart_path = output_files(output_dir, core, first)
+    if isinstance(restart, (str, Path)) and Path(restart).resolve() in (out_path.resolve(),
+                                                                       restart_path.resolve()):
+        raise InputError(f"the restart to continue from, {restart}, is a file this run would "
+                         "write (it continues from its own step); give another --output")
     prepare_output(output_dir, (out_path, restart_path), overwrite)
     check_memory(config, core, dtype, force)
     records = record_steps(config, first, last)
@@ -260,16 +264,16 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
         return write_restart(restart_path, config, state, iint, days(iint), model.time0,
                              attributes=attributes)
 
-    writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes)
-    bar = Progress(last - first + 1, f"{core} {config.title}", progress)
-    start = _time.perf_counter()
-    try:
-        with signals_caught() as caught:
-            def on_step(iint: int, vamax: float) -> None:
-                bar.update(iint, days(iint), vamax)
-                if caught:
-                    raise Interrupted(caught[0])
+    with signals_caught() as caught:      # from here on a signal loses no completed step
+        writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes)
+        bar = Progress(last - first + 1, f"{core} {config.title}", progress)
+        start = _time.perf_counter()
 
+        def on_step(iint: int, vamax: float) -> None:
+            bar.update(iint, days(iint), vamax)
+            if caught:
+                raise Interrupted(caught[0])
+        try:
             for stop in sorted(set(records) | restarts):
                 model.advance(stop, on_step)
                 if stop in records:
@@ -278,16 +282,16 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
                     save(model.numpy_state(), stop)
                 if caught:
                     raise Interrupted(caught[0])
-    except ModelStop as exc:
-        path = save(exc.last_good, exc.iint - 1)
-        raise exc.with_restart(path) from None
-    except Interrupted as exc:
-        exc.iint, exc.restart = model.iint, save(model.numpy_state(), model.iint)
-        raise
-    finally:
-        bar.close()
-        writer.close()
-    save(model.numpy_state(), last)
+        except ModelStop as exc:
+            path = save(exc.last_good, exc.iint - 1)
+            raise exc.with_restart(path) from None
+        except Interrupted as exc:
+            exc.iint, exc.restart = model.iint, save(model.numpy_state(), model.iint)
+            raise
+        finally:
+            bar.close()
+            writer.close()
+        save(model.numpy_state(), last)       # a signal now finds the run complete
     if progress:
         print(f"{last - first + 1} internal steps in {_time.perf_counter() - start:.2f} s; "
               f"output in {out_path}, restart in {restart_path}")

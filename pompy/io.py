@@ -148,6 +148,14 @@ class OutputWriter:
                  attributes: dict | None = None):
         self.path = Path(path)
         self.ds = _create(self.path, config, config.title, attributes)
+        try:
+            self._define_all(state, compress)
+        except BaseException:              # no half-defined file left behind
+            self.ds.close()
+            self.path.unlink(missing_ok=True)
+            raise
+
+    def _define_all(self, state: dict, compress: bool) -> None:
         self.ds.createDimension("time", None)
         t = self.ds.createVariable("time", "f8", ("time",))
         t.units, t.standard_name, t.calendar = "days since 2000-01-01 00:00:00", "time", "standard"

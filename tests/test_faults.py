@@ -151,6 +151,24 @@ def test_the_restart_continued_from_is_never_overwritten(tmp_path):
                                         "explicit_restart_from_000002.nc"}
 
 
+def test_a_restart_that_is_the_runs_own_file_is_refused(tmp_path, capsys):
+    """A run that stopped at its first step left explicit_restart.nc at
+    iint 0; continuing from it into the same folder would write that very
+    file: refused, even with --overwrite, and the file is unchanged."""
+    nml = str(tiny_config(tmp_path / "tiny.nml"))
+    out = tmp_path / "out"
+    assert cli.main(["run", nml, "--set", "vmaxl=1e-9", "--output", str(out)]) == 3
+    restart = out / "explicit_restart.nc"
+    before = restart.read_bytes()
+    capsys.readouterr()
+    assert cli.main(["run", nml, "--restart", str(restart), "--output", str(out),
+                     "--overwrite"]) == 2
+    assert capsys.readouterr().err == (
+        f"pompy: the restart to continue from, {restart}, is a file this run would write (it "
+        "continues from its own step); give another --output\n")
+    assert restart.read_bytes() == before
+
+
 # ----------------------------------------------------------------- memory, device, folders
 
 def test_a_run_too_big_for_memory_is_refused_before_allocating(tmp_path, capsys):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
 import torch
+from torch.autograd import forward_ad
 
 from pompy import variables
 from pompy.config import load_config
@@ -125,17 +126,24 @@ def test_reference_cg_memory_does_not_grow_with_iterations():
 
 
 def test_with_gradients_the_reference_solver_is_used_and_gradients_flow(monkeypatch):
-    """The seed's pitfall 3: no PCG (host reads, early exit) under grad."""
+    """The seed's pitfall 3: no PCG (host reads, early exit) where a
+    gradient flows, in reverse or forward mode (forward mode under no_grad
+    too: no_grad does not stop tangents)."""
+    core = developed()                       # a plain run: pcg
+    a, b = operator_of(developed())
+
     def refuse(*args, **kwargs):
-        raise AssertionError("pcg called with gradients enabled")
+        raise AssertionError("pcg called where a derivative flows")
     monkeypatch.setattr(cg, "pcg", refuse)
-    core = developed()
     el0 = core.el.detach().clone().requires_grad_(True)
     core.el = el0
     core.iend = 4
     core.run_time_loop()
     (core.u.square().sum() + core.el.sum()).backward()
     assert torch.isfinite(el0.grad).all() and float(el0.grad.abs().max()) > 0
+    with torch.no_grad(), forward_ad.dual_level():
+        x, _ = cg.solve_auto(a, forward_ad.make_dual(b, torch.ones_like(b)), 1e-12, 200)
+        assert forward_ad.unpack_dual(x).tangent is not None
 
 
 def test_without_gradients_pcg_gives_the_same_run_within_tolerance():
@@ -193,6 +201,34 @@ def test_box_volume_is_conserved_or_rises_at_the_inflow_rate(inflow):
         assert rise == pytest.approx(1e-5 * elapsed, rel=1e-12)
     else:
         assert abs(volume(core) - v0) / v0 / (elapsed / 86400) < 1e-12
+
+
+def test_no_water_crosses_a_coast_inside_the_domain():
+    """An island in the closed box (a found defect: the solved transports
+    were not masked by dum/dvm, so the faces of an interior land cell
+    carried water): every land face's transport is 0, utf and vtf too, and
+    the volume is kept to the last bit."""
+    core = ImplicitCore(load_config(CONFIGS / "box.nml"))
+    core.run_initialization()
+    i, j = 10, 10                                     # 0-based: pom2k's (11, 11)
+    for name, cells in (("fsm", [(i, j)]), ("dum", [(i, j), (i + 1, j)]),
+                        ("dvm", [(i, j), (i, j + 1)])):
+        mask = core.state[name].clone()
+        for c in cells:
+            mask[c] = 0.0
+        core.state[name] = mask
+    core.vfluxf = torch.zeros_like(core.vfluxf)
+    core.el = (core.el + 0.01 * torch.rand(core.el.shape, generator=torch.Generator().manual_seed(1),
+                                           dtype=DT)) * core.fsm
+    wet = core.fsm * core.art
+    v0 = float(((core.h + core.el) * wet).sum())
+    with torch.no_grad():
+        core.iend = 5
+        core.run_time_loop()
+    for name, faces in (("fluxua", [(i, j), (i + 1, j)]), ("utf", [(i, j), (i + 1, j)]),
+                        ("fluxva", [(i, j), (i, j + 1)]), ("vtf", [(i, j), (i, j + 1)])):
+        assert all(float(core.state[name][f]) == 0.0 for f in faces), name
+    assert float(((core.h + core.el) * wet).sum()) == pytest.approx(v0, rel=1e-15)
 
 
 # ------------------------------------------------------------------ gradients through steps

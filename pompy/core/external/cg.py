@@ -27,9 +27,11 @@ Two solvers, both to the relative residual ``tol`` (|b - A x| <= tol |b|):
   Jacobi-preconditioned CG that stops when the residual, read on the host
   every ``check_every`` iterations, is small enough.
 
-:func:`solve_auto` takes the reference whenever ``torch.is_grad_enabled()``
-(the seed's pitfall 3: the accelerated solver's host reads and early exit
-would cut the gradient), the accelerated one otherwise.
+:func:`solve_auto` takes the reference whenever a derivative can flow
+through the solve (grad enabled and an input requiring grad, or a
+forward-mode tangent: the seed's pitfall 3, the accelerated solver's host
+reads and early exit would cut or falsify it), the accelerated one
+otherwise (a plain run, data generation).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 
 from pompy.ops import xm, xp, ym, yp
 
@@ -151,6 +154,7 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
         rz = _dot(r, z)
         bb = float(_dot(b, b)) or 1.0
         limit = tol * tol * bb
+        rr = float(_dot(r, r))
         done = 0
         while done < maxiter:
             for _ in range(min(check_every, maxiter - done)):
@@ -167,13 +171,23 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
             rr = float(_dot(r, r))
             if rr <= limit:
                 break
-        return x, torch.tensor((rr / bb) ** 0.5, dtype=b.dtype), done
+        return x, torch.tensor((rr / bb) ** 0.5, dtype=b.dtype, device=b.device), done
+
+
+def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
+    """Whether a derivative can flow through: reverse mode (grad enabled and
+    an input requires grad) or forward mode (an input carries a tangent,
+    which torch.no_grad does not stop)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return True
+    return any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
 def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
-    """The reference CG when gradients are enabled, the accelerated PCG
-    otherwise (the seed's pitfall 3)."""
-    if torch.is_grad_enabled():
+    """The reference CG whenever a derivative can flow through the solve
+    (the seed's pitfall 3: the accelerated solver's host reads and early
+    exit would cut or falsify it), the accelerated PCG otherwise."""
+    if _differentiated((a.diag, a.cx, a.cy, b)):
         return solve(a, b, tol, maxiter)
     x, res, _ = pcg(a, b, tol, maxiter)
     return x, res

@@ -167,8 +167,8 @@ def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
     a = cg.FivePoint(torch.where(interior, diag, torch.ones_like(diag)), c_u, c_v, interior)
     solved, residual = solver(a, rhs, p["cg_tol"], p["cg_maxiter"])
     # the transports of the solved elevation, then continuity (2) itself
-    new_u = star_u - theta * k_u * g_u * (solved - xm(solved))
-    new_v = star_v - theta * k_v * g_v * (solved - ym(solved))
+    new_u = torch.where(open_u, star_u - theta * k_u * g_u * (solved - xm(solved)), zero)
+    new_v = torch.where(open_v, star_v - theta * k_v * g_v * (solved - ym(solved)), zero)
     flux_u, flux_v = _faces(new_u, new_v, _edge_flux(rad, solved), im, jm)
     mean_u = theta * flux_u + (1 - theta) * old_u
     mean_v = theta * flux_v + (1 - theta) * old_v
@@ -180,6 +180,9 @@ def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
     dyu, dxv = .5 * (dy + xm(dy)), .5 * (dx + ym(dx))
     uaf = safe_divide(flux_u, dyu * .5 * (dn + xm(dn)), layer="external_step")
     vaf = safe_divide(flux_v, dxv * .5 * (dn + ym(dn)), layer="external_step")
+    # bcond 2's copies: uaf(1,j) = uaf(2,j), vaf(i,1) = vaf(i,2)
+    uaf = torch.cat([uaf[1:2], uaf[1:]], X)
+    vaf = torch.cat([vaf[:, 1:2], vaf[:, 1:]], Y)
     s["uaf"], s["vaf"] = uaf * s["dum"], vaf * s["dvm"]
     s["vamax"], s["imax"], s["jmax"] = _vel_check(s["vaf"])
     s["utf"] = inside(safe_divide(mean_u, dyu, layer="external_step"), s["utf"], i=(2, im))
