@@ -30,7 +30,7 @@ array a(i, j, k) transposed; SnapshotDataset gives them back in pom2k order
 (i, j, k) as a core holds them. Time 0 (iint 0) is the member's initial
 state (perturbed for m > 0), then one snapshot every ``every`` days.
 Global attributes: ``dataset_format``, the config as ``namelist``,
-``source_hash`` (pompy.generate.source_hash), ``core``, ``dtype``,
+``source_hash`` (pompy.provenance.source_hash), ``core``, ``dtype``,
 ``torch_version``, ``days``, ``every_days``, ``steps_between_snapshots``,
 ``dti``, ``time0``, ``members`` (in the whole ensemble), ``seed``,
 ``perturb``, ``amplitude``, ``perturbation`` (in words), ``rank``,

@@ -52,7 +52,6 @@ leaves no partial dataset.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import math
 import os
 import shutil
@@ -76,7 +75,7 @@ from pompy.dataset import FORMAT, dataset_file, grid_fields, state_fields
 from pompy.driver import check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.io import _axes, _create, _define, _to_cf
-from pompy.oracle.build import SOURCE_DIR
+from pompy.provenance import source_hash
 from pompy.resources import gigabytes
 
 
@@ -100,29 +99,6 @@ HEADER_BYTES = 114_000
 # as whole: a value printed with the nearest-valid message reads back valid
 STEP_TOLERANCE = 1e-4
 PACKAGE = Path(__file__).resolve().parent
-
-
-# ---------------------------------------------------------------- provenance
-
-def physics_sources() -> list[tuple[str, Path]]:
-    """(name, file) of pompy's physics sources, sorted by name: pompy/core/**/*.py,
-    pompy/ops.py, pompy/utils/safety.py, pompy/autodiff/*.py and the Fortran
-    oracle's reference_fortran/*.f90 (named so wherever it is installed)."""
-    files = [*PACKAGE.glob("core/**/*.py"), PACKAGE / "ops.py", PACKAGE / "utils" / "safety.py",
-             *PACKAGE.glob("autodiff/*.py")]
-    named = [(f"pompy/{f.relative_to(PACKAGE).as_posix()}", f) for f in files]
-    named += [(f"reference_fortran/{f.name}", f) for f in SOURCE_DIR.glob("*.f90")]
-    return sorted(named)
-
-
-def source_hash() -> str:
-    """sha256 (hex) over the physics sources: each file's name, length and bytes."""
-    h = hashlib.sha256()
-    for name, path in physics_sources():
-        data = path.read_bytes()
-        h.update(name.encode() + b"\0" + len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- schedule
@@ -328,7 +304,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
                          "would have no member")
     steps, records = schedule(config, days, every)
     device = _device(device, local_rank, world)
-    check_device(core, device, dtype)
+    check_device("explicit", device, dtype)       # any torch core runs where the explicit one does
     mine = list(range(rank, members, world))
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)

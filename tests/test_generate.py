@@ -23,7 +23,7 @@ from pompy.cli import main
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
 from pompy.dataset import SnapshotDataset, grid_fields, state_fields
-from pompy.generate import source_hash
+from pompy.provenance import source_hash
 
 ROOT = Path(__file__).parents[1]
 EVERY_STEPS, RECORDS = 3, 4                     # snapshots at iint 0, 3, 6, 9, 12
