@@ -1,0 +1,453 @@
+"""The trainer (pompy.train): the seed's DDP training pipeline on a tiny
+seamount dataset, in one process and in two gloo processes on 127.0.0.1.
+
+The dataset: an 8x7x5 seamount on the implicit core at dti = 240 s (dte 8,
+isplit 30: under the grid's internal CFL limit of 286 s, which pompy
+generate checks), 3 members, snapshots every 2 steps (one correction
+cycle of steps_per_correction = 2 physics steps of 240 s). A passed
+certificate for this core is written under a temporary POMPY_HOME.
+"""
+import dataclasses
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pompy import provenance, variables
+from pompy.config import load_config, namelist_literal
+from pompy.generate import generate
+from pompy import train
+from pompy.train import (CSV_COLUMNS, LOSS_WEIGHTS, NPOMTrainerDDP, apply_correction_to_pom,
+                         collate_samples, pack_pom_batch, resolve_options)
+
+ROOT = Path(__file__).parents[1]
+DTI = 240.0
+SNAPSHOTS = 4                    # iint 0, 2, 4, 6 per member
+MEMBERS = 3
+
+
+def tiny_config():
+    return dataclasses.replace(load_config(ROOT / "configs" / "seamount.nml"), im=8, jm=7, kb=5,
+                               kl1=2, kl2=3, dte=8.0, isplit=30, cg_maxiter=60,
+                               cg_tol=1e-14)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """(folder, pom2k config file, dataset folder). cg_tol 1e-14: two
+    runs that differ in round-off (one batch of 2 against 2 ranks of 1)
+    agree to 1e-12 only when the elevation solver converges past it."""
+    folder = tmp_path_factory.mktemp("train")
+    config = tiny_config()
+    config.to_namelist().write(folder / "tiny.nml")
+    every = 2 * DTI / 86400
+    generate(config, folder / "data", days=(SNAPSHOTS - 1) * every, every=every,
+             core="implicit", members=MEMBERS, log=open(os.devnull, "w"))
+    return folder, folder / "tiny.nml", folder / "data"
+
+
+@pytest.fixture
+def home(made, monkeypatch):
+    """POMPY_HOME with a passed certificate for what the tests train."""
+    path = made[0] / "home"
+    monkeypatch.setenv("POMPY_HOME", str(path))
+    provenance.write_certificate(provenance.certificate_key("implicit", "cpu", "float64"),
+                                 [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
+    return path
+
+
+TRAIN_GROUP = dict(physics_step_seconds=DTI, target_time_per_step=2 * DTI, hidden_channels=4,
+                   horizon=1, batch_size=2, test_fraction=0.34, reuse_core_pool=True,
+                   progress=False)
+
+
+def train_config(made, where: Path, **changes) -> Path:
+    """The tiny config with a &train group (TRAIN_GROUP, changed)."""
+    lines = (made[1]).read_text().rstrip() + "\n&train\n"
+    for name, value in {**TRAIN_GROUP, **changes}.items():
+        lines += f"    {name} = {namelist_literal(value)}\n"
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / "train.nml"
+    path.write_text(lines + "/\n")
+    return path
+
+
+def options(made, where: Path, *argv, **changes):
+    config = train_config(made, where, **changes)
+    return resolve_options(["--config", str(config), "--data", str(made[2]),
+                            "--output", str(where / "out"), *map(str, argv)])
+
+
+def read_csv(path: Path) -> list[list[str]]:
+    return [line.split(",") for line in path.read_text().splitlines()]
+
+
+# ------------------------------------------------------------------ packing
+def test_pack_pom_batch_channel_order_and_correction(made, home, tmp_path):
+    trainer = NPOMTrainerDDP(options(made, tmp_path))
+    try:
+        kb, (im, jm) = 5, (8, 7)
+        sample = trainer.train_ds[0]
+        ics, _ = collate_samples(trainer.dataset, [sample])
+        (pom,) = trainer._borrow_poms(1)
+        train.inject_core_state(pom, ics, 0)
+        packed = pack_pom_batch([pom], trainer.normalizer)
+        assert packed.shape == (1, 4 * (kb - 1) + 5, jm, im) == (1, 21, 7, 8)
+        norm = trainer.normalizer
+        fsm, dum, dvm = (sample["state"][n] if n in sample["state"] else trainer.grid[n]
+                         for n in ("fsm", "dum", "dvm"))
+        # channel c of field f at level k: (f[:, :, k].T - mean_c) / std_c on its wet points
+        for c, (name, k, mask) in {0: ("u", 1 - 1, dum), 5: ("v", 2 - 1, dvm), 11: ("t", 4 - 1, fsm),
+                                   12: ("s", 0, fsm), 16: ("el", None, fsm), 17: ("ua", None, dum),
+                                   18: ("va", None, dvm), 19: ("uab", None, dum),
+                                   20: ("vab", None, dvm)}.items():
+            field = sample["state"][name]
+            plane = field[:, :, k] if k is not None else field
+            want = (plane.T - norm.mean[c]) / norm.std[c] * mask.T
+            assert torch.allclose(packed[0, c], want, rtol=1e-13, atol=1e-13), (c, name)
+        # a one-hot correction of channel 11 (t at k = 4) changes t(:, :, 4)
+        # alone, by scale * std on the wet points
+        before = {n: pom.state[n].clone() for n in variables.names("packed")}
+        one = torch.zeros_like(packed[0])
+        one[11] = 1.0
+        apply_correction_to_pom(pom, one, norm, scale_factor=1e-3)
+        for n in before:
+            delta = pom.state[n] - before[n]
+            if n != "t":
+                assert torch.equal(delta, torch.zeros_like(delta)), n
+        want = torch.zeros_like(before["t"])
+        want[:, :, 3] = 1e-3 * norm.std[11] * fsm
+        assert torch.allclose(pom.state["t"] - before["t"], want, rtol=1e-12, atol=1e-18)
+    finally:
+        trainer.cleanup()
+
+
+# ------------------------------------------------------------------ one process
+def test_without_corrections_the_physics_reproduces_the_dataset(made, home, tmp_path):
+    """correction_scale 0: each prediction is the generator's own next
+    snapshot (inject, step counter and time as generation had them); the
+    reference CG (under grad) and the PCG (generation) differ in round-off."""
+    trainer = NPOMTrainerDDP(options(made, tmp_path, "--correction_scale", 0.0, "--horizon", 2))
+    try:
+        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 1)])
+        values = trainer.run_single_train_batch(ics, refs)
+        fields = dict(zip(CSV_COLUMNS[4:], values[1:]))
+        scale = {n: float((refs[n] ** 2).mean()) for n in LOSS_WEIGHTS}
+        for name, mse in zip(LOSS_WEIGHTS, values[1:]):
+            assert mse <= 1e-18 * max(scale[name], 1e-30) + 1e-30, (name, mse, scale[name])
+        assert set(fields) == {f"{n.upper()}_MSE" for n in LOSS_WEIGHTS}
+    finally:
+        trainer.cleanup()
+
+
+def test_gradients_reach_both_networks_and_learned_parameters(made, home, tmp_path):
+    """Finite non-zero gradients for the encoder, the decoder and the learned
+    horcon and umol; the learned parameter's gradient equals a central
+    difference of the loss (networks fixed, in training mode)."""
+    trainer = NPOMTrainerDDP(options(made, tmp_path, "--learn", "horcon,umol", "--grad_clip_norm", 0,
+                                     "--correction_scale", 0.05))
+    try:
+        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 3)])
+        trainer.optimizer.param_groups[0]["lr"] = 0.0          # keep the parameters
+        trainer.run_single_train_batch(ics, refs)
+        grads = {name: p.grad for name, p in trainer.trainable_params}
+        for label in ("encoder", "decoder"):
+            mine = [g for n, g in grads.items() if n.startswith(label)]
+            assert all(g is not None and torch.isfinite(g).all() for g in mine), label
+            assert sum(float(g.abs().sum()) for g in mine) > 0, label
+            head = [g for n, g in grads.items() if n.startswith(label) and "head.weight" in n]
+            assert head and float(head[0].abs().max()) > 0, label
+        for name in ("horcon", "umol"):
+            g = grads[f"physics.log_values.{name}"]
+            assert g is not None and torch.isfinite(g) and float(g) != 0.0, name
+
+        # d loss / d log horcon by central differences, batch statistics as in training
+        param = trainer.physics.log_values["horcon"]
+
+        def loss_at(value: float) -> float:
+            with torch.no_grad():
+                param.fill_(value)
+                poms = trainer._borrow_poms(2)
+                preds = trainer.run_physics_multistep(poms, ics, n_steps=1)
+                return float(trainer.combine_loss_components(
+                    trainer._compute_component_losses(preds, refs)))
+        x0, h = float(param.detach()), 1e-4
+        fd = (loss_at(x0 + h) - loss_at(x0 - h)) / (2 * h)
+        g = float(grads["physics.log_values.horcon"])
+        assert fd != 0 and abs(g - fd) <= 1e-5 * abs(fd), (g, fd)
+    finally:
+        trainer.cleanup()
+
+
+def test_core_pool_restore_leaves_no_graph_history(made, home, tmp_path):
+    trainer = NPOMTrainerDDP(options(made, tmp_path, "--learn", "horcon"))
+    try:
+        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 1)])
+        trainer.run_single_train_batch(ics, refs)
+        used = trainer.pool.cores[:2]
+        assert any(t.grad_fn is not None for t in used[0].state.values())   # the batch's graph
+        assert torch.is_tensor(used[0].params["horcon"])
+        cores = trainer._borrow_poms(2)
+        assert cores == used                                          # the same objects, reset
+        for core, snapshot in zip(cores, trainer.pool.snapshots):
+            for name, t in core.state.items():
+                assert t.grad_fn is None and not t.requires_grad, name
+            for name in variables.names("snapshot"):
+                assert torch.equal(core.state[name], snapshot[name]), name
+                assert core.state[name].data_ptr() != snapshot[name].data_ptr(), name
+            assert core.params["horcon"] == tiny_config().horcon and \
+                not torch.is_tensor(core.params["horcon"])
+            assert core.iint == snapshot["iint"]
+    finally:
+        trainer.cleanup()
+
+
+def test_a_non_finite_gradient_skips_the_step(made, home, tmp_path, monkeypatch):
+    trainer = NPOMTrainerDDP(options(made, tmp_path))
+    try:
+        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 1)])
+        before = [p.detach().clone() for _, p in trainer.trainable_params]
+        real = trainer._compute_component_losses
+
+        def poisoned(preds, refs):
+            losses = real(preds, refs)
+            return dict(losses, el=losses["el"] * float("inf") * 0.0)      # NaN, in the graph
+        monkeypatch.setattr(trainer, "_compute_component_losses", poisoned)
+        values = trainer.run_single_train_batch(ics, refs)
+        assert math.isnan(values[0]) and trainer.skipped_steps == 1
+        for (name, p), b in zip(trainer.trainable_params, before):
+            assert torch.equal(p.detach(), b), name
+        monkeypatch.setattr(trainer, "_compute_component_losses", real)
+        trainer.run_single_train_batch(ics, refs)
+        assert trainer.skipped_steps == 1
+        assert any(not torch.equal(p.detach(), b)
+                   for (_, p), b in zip(trainer.trainable_params, before))
+    finally:
+        trainer.cleanup()
+
+
+def test_csv_checkpoint_and_resume_equals_uninterrupted(made, home, tmp_path):
+    """Two epochs straight, and one epoch then --resume from its checkpoint
+    in a new process-like trainer: the same CSV, line for line."""
+    a = NPOMTrainerDDP(options(made, tmp_path / "a", "--epochs", 2))
+    try:
+        a.train()
+    finally:
+        a.cleanup()
+    rows = read_csv(tmp_path / "a" / "out" / "train_log.csv")
+    assert tuple(rows[0]) == CSV_COLUMNS == (
+        "Epoch", "Step", "Phase", "TotalLoss", "U_MSE", "UB_MSE", "V_MSE", "VB_MSE", "T_MSE",
+        "S_MSE", "EL_MSE", "UA_MSE", "UAB_MSE", "VA_MSE", "VAB_MSE")
+    # 2 training members x 3 samples / batch 2 = 3 train batches; 1 test member: 1 batch
+    assert [(r[0], r[1], r[2]) for r in rows[1:]] == [
+        ("0", "0", "Train"), ("0", "1", "Train"), ("0", "2", "Train"), ("0", "0", "Test"),
+        ("1", "0", "Train"), ("1", "1", "Train"), ("1", "2", "Train"), ("1", "0", "Test")]
+    for r in rows[1:]:
+        values = [float(v) for v in r[3:]]
+        total = sum(w * v for w, v in zip(LOSS_WEIGHTS.values(), values[1:]))
+        assert math.isclose(values[0], total, rel_tol=1e-12)
+    body = torch.load(tmp_path / "a" / "out" / "checkpoint_epoch0.pt", weights_only=False)
+    assert body["epoch"] == 0 and set(body) >= {"networks", "optimizer", "scheduler", "normalizer",
+                                                "rng", "certificate", "skipped_steps"}
+    assert body["certificate"]["key"]["source_hash"] == provenance.source_hash()
+    assert not list((tmp_path / "a" / "out").glob("*.tmp"))
+    # the cosine schedule: after epoch 0 of 2, lr = eta_min + (lr0 - eta_min)/2
+    assert math.isclose(body["scheduler"]["_last_lr"][0], 1e-7 + (1e-4 - 1e-7) / 2, rel_tol=1e-12)
+
+    b = NPOMTrainerDDP(options(made, tmp_path / "b", "--epochs", 2))
+    try:
+        b.train(stop_after=1)
+    finally:
+        b.cleanup()
+    c = NPOMTrainerDDP(options(made, tmp_path / "b", "--epochs", 2, "--resume",
+                               tmp_path / "b" / "out" / "checkpoint_epoch0.pt"))
+    try:
+        assert c.start_epoch == 1
+        c.train()
+    finally:
+        c.cleanup()
+    assert read_csv(tmp_path / "b" / "out" / "train_log.csv") == rows
+
+
+# ------------------------------------------------------------------ the command
+def test_the_command_refuses_without_a_certificate_and_after_an_edit(made, tmp_path, monkeypatch,
+                                                                      capsys):
+    monkeypatch.setenv("POMPY_HOME", str(tmp_path / "empty"))
+    config = train_config(made, tmp_path)
+    argv = ["--config", str(config), "--data", str(made[2]), "--output", str(tmp_path / "out")]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pompy: no verification certificate for the implicit core on cpu in "
+                          "float64") and "pompy verify --config" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+    # certified, then a core source edited (here: one more physics source)
+    provenance.write_certificate(provenance.certificate_key("implicit", "cpu", "float64"),
+                                 [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
+    extra = tmp_path / "edit.py"
+    extra.write_text("# an edit\n")
+    real = provenance.physics_sources
+    monkeypatch.setattr(provenance, "physics_sources",
+                        lambda: real() + [("pompy/core/edit.py", extra)])
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the core's sources changed since it was verified" in err
+
+
+def test_a_step_length_other_than_dti_is_refused(made, home, tmp_path, capsys):
+    config = train_config(made, tmp_path, physics_step_seconds=600.0, target_time_per_step=1200.0)
+    assert train.main(["--config", str(config), "--data", str(made[2]),
+                       "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "physics_step_seconds=600.0 s but the config's dti = dte*isplit = 240.0 s" in err
+
+
+def test_options_come_from_the_train_group_then_the_command_line(made, tmp_path):
+    args = options(made, tmp_path, "--lr", "3e-4", "--loss_weights", "el=5,u=1",
+                   "--no-reuse_core_pool", lr=1e-3, epochs=7)
+    assert (args.lr, args.epochs, args.batch_size, args.reuse_core_pool) == (3e-4, 7, 2, False)
+    assert args.loss_weights_table == {**LOSS_WEIGHTS, "el": 5.0, "u": 1.0}
+    assert (args.correction_scale, args.grad_clip_norm, args.steps_per_correction) == (1e-3, 1.0, 2)
+    with pytest.raises(train.InputError, match="unknown option 'batchsize'"):
+        options(made, tmp_path, batchsize=3)
+    # the config still loads as a pom2k config, &train aside
+    assert train.load_model_config(train_config(made, tmp_path)) == load_config(made[1])
+
+
+# ------------------------------------------------------------------ two processes
+WORKER = textwrap.dedent("""
+    import json, sys, torch
+    from pompy import train
+    out = sys.argv[1]
+    args = train.resolve_options(sys.argv[2:])
+    trainer = train.NPOMTrainerDDP(args)
+    rank = trainer.global_rank
+    # the sampler: each rank's indices for two epochs
+    seen = {}
+    for epoch in (0, 1):
+        trainer.sampler.set_epoch(epoch)
+        seen[epoch] = list(trainer.sampler)
+    # SyncBatchNorm on rank-dependent data
+    bn = train.convert_sync_batchnorm(torch.nn.BatchNorm2d(3), "cpu").double()
+    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(10 + rank),
+                    dtype=torch.float64)
+    y = bn(x)
+    # one training batch: sample `rank` of the training split on this rank
+    ics, refs = train.collate_samples(trainer.dataset, [trainer.train_ds[rank]])
+    values = trainer.run_single_train_batch(ics, refs)
+    grads = {n: p.grad for n, p in trainer.trainable_params}
+    torch.save({"seen": seen, "bn_mean": bn.running_mean, "bn_var": bn.running_var, "y": y,
+                "values": values, "grads": grads, "world": trainer.world_size},
+               f"{out}/rank{rank}.pt")
+    trainer.cleanup()
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_processes_match_one_process(made, home, tmp_path):
+    """2 ranks x 1 sample: the DDP gradient equals the gradient of the
+    averaged loss over both samples in one process (1e-12); SyncBatchNorm's
+    statistics are the global batch's; the sampler partitions the training
+    split without overlap, reshuffled per epoch; the logged losses are the
+    ranks' average."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    config = train_config(made, tmp_path, batch_size=1, test_fraction=0.0)
+    argv = ["--config", str(config), "--data", str(made[2]), "--output", str(tmp_path / "out"),
+            "--learn", "horcon", "--grad_clip_norm", "0", "--correction_scale", "0.05"]
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path), *argv], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=240)[0])
+        finally:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outputs)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    assert ranks[0]["world"] == 2
+
+    # sampler: disjoint halves covering the 9 samples but one (drop_last), new order per epoch
+    n = MEMBERS * (SNAPSHOTS - 1)
+    for epoch in (0, 1):
+        a, b = (set(r["seen"][epoch]) for r in ranks)
+        assert not a & b and len(a) == len(b) == n // 2 and a | b <= set(range(n))
+    assert ranks[0]["seen"][0] != ranks[0]["seen"][1]
+
+    # SyncBatchNorm: the global batch's statistics
+    xs = torch.cat([torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(10 + r),
+                                dtype=torch.float64) for r in (0, 1)])
+    bn = torch.nn.BatchNorm2d(3).double()
+    y = bn(xs)
+    for r, rank in enumerate(ranks):
+        assert torch.allclose(rank["bn_mean"], bn.running_mean, rtol=1e-13, atol=1e-15)
+        assert torch.allclose(rank["bn_var"], bn.running_var, rtol=1e-13, atol=1e-15)
+        assert torch.allclose(rank["y"], y[2 * r:2 * r + 2], rtol=1e-12, atol=1e-12)
+
+    # one process, both samples in one batch (same seed: same initial weights)
+    single = NPOMTrainerDDP(resolve_options(argv[:6] + ["--output", str(tmp_path / "one"),
+                                                        *argv[6:], "--batch_size", "2"]))
+    try:
+        ics, refs = collate_samples(single.dataset, [single.train_ds[0], single.train_ds[1]])
+        values = single.run_single_train_batch(ics, refs)
+        want = {n: p.grad for n, p in single.trainable_params}
+    finally:
+        single.cleanup()
+    assert set(want) == set(ranks[0]["grads"])
+    # norm-wise over the whole gradient (max norm): 1e-12
+    largest = max(float(g.abs().max()) for g in want.values())
+    for rank in ranks:
+        worst = max(float((rank["grads"][n] - g).abs().max()) for n, g in want.items())
+        assert worst <= 1e-12 * largest, worst / largest
+    # and each parameter to 1e-10 of its own gradient (a sum over the grid
+    # such as horcon's loses a few digits to cancellation), but the round-off
+    # of an exact zero: a conv bias just before a batch norm
+    for name, g in want.items():
+        scale = float(g.abs().max())
+        if scale < 1e-10 * largest:
+            assert name.endswith(".0.bias"), name
+            continue
+        for rank in ranks:
+            assert float((rank["grads"][name] - g).abs().max()) <= 1e-10 * scale, name
+    # the logged losses: the ranks' average, each its own sample's loss
+    for r in ranks:
+        assert r["values"] == ranks[0]["values"]
+    assert np.allclose(ranks[0]["values"], values, rtol=1e-12, atol=0)
+
+
+def test_torchrun_two_processes_rank_zero_writes_the_log(made, home, tmp_path):
+    """The command under torchrun --nproc_per_node=2 (gloo): exit 0, one
+    CSV (rank 0's) with the header and every rank's batches averaged."""
+    config = train_config(made, tmp_path, batch_size=1)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy.train",
+         "--config", str(config), "--data", str(made[2]), "--output", str(out)],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_csv(out / "train_log.csv")
+    # 6 training samples over 2 ranks, batch 1: 3 steps; 3 test samples: 1 step (drop_last)
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert [(r[0], r[1], r[2]) for r in rows[1:]] == [
+        ("0", "0", "Train"), ("0", "1", "Train"), ("0", "2", "Train"), ("0", "0", "Test")]
+    assert "epoch 0: train loss" in result.stdout and result.stdout.count("train loss") == 1
+    assert (out / "checkpoint_epoch0.pt").is_file()
+    json.dumps(rows)
