@@ -451,3 +451,18 @@ def test_torchrun_two_processes_rank_zero_writes_the_log(made, home, tmp_path):
     assert "epoch 0: train loss" in result.stdout and result.stdout.count("train loss") == 1
     assert (out / "checkpoint_epoch0.pt").is_file()
     json.dumps(rows)
+
+
+def test_the_shipped_training_configs():
+    """Their pom2k part loads (&train aside), their options resolve, and each
+    one's physics step is its dti, as the trainer requires."""
+    for name, grid, channels in (("train_tiny.nml", (16, 12, 6), 25),
+                                 ("train_360x240.nml", (360, 240, 25), 101)):
+        path = ROOT / "configs" / name
+        config = train.load_model_config(path)
+        args = resolve_options(["--config", str(path), "--data", "d", "--output", "o"])
+        assert (config.im, config.jm, config.kb) == grid and 4 * (config.kb - 1) + 5 == channels
+        assert config.dti == args.physics_step_seconds
+        assert args.target_time_per_step == args.steps_per_correction * config.dti
+        assert (args.correction_scale, args.grad_clip_norm, args.core) == (1e-3, 1.0, "implicit")
+        assert args.reuse_core_pool and args.encoder and args.decoder
