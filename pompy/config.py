@@ -40,6 +40,7 @@ from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.errors import ConfigError
 
 POLICY_GROUP = "gradient_policy"
+TRAIN_GROUP = "train"               # the trainer's options (pompy.train reads them)
 CORES = ("explicit", "implicit", "oracle")      # what `pompy run --core` can run
 
 
@@ -389,6 +390,8 @@ def read_namelist(path: str | Path) -> dict[str, Any]:
             values["policies"] = {name: value for body in _bodies(bodies)
                                   for name, value in body.items()}
             continue
+        if group == TRAIN_GROUP:
+            continue
         for body in _bodies(bodies):
             for name, value in body.items():
                 if name in values:
@@ -438,7 +441,7 @@ def _reads(text: str) -> f90nml.Namelist:
 def _why_no_parameter(text: str, nml: f90nml.Namelist) -> str:
     """Why the namelist of a file's text sets no pom2k parameter: the file is empty, has
     no group, has empty groups, or only names that are not parameters (the first named)."""
-    groups = [group for group in nml if group != POLICY_GROUP]
+    groups = [group for group in nml if group not in (POLICY_GROUP, TRAIN_GROUP)]
     names = [(group, name) for group in groups for body in _bodies(nml[group]) for name in body]
     if names:
         group, name = names[0]
@@ -446,7 +449,7 @@ def _why_no_parameter(text: str, nml: f90nml.Namelist) -> str:
     if groups:
         return f"nothing is set in {', '.join('&' + group for group in groups)}"
     if nml:
-        return f"it has only &{POLICY_GROUP}"
+        return f"it has only &{' and &'.join(group for group in nml)}"
     return "the file is empty" if not text.strip() else ""
 
 

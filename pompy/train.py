@@ -66,7 +66,6 @@ import math
 import os
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -83,12 +82,11 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from pompy import variables
 from pompy.autodiff.gradients import clip_gradients
-from pompy.config import Config, load_config
+from pompy.config import TRAIN_GROUP, Config, load_config
 from pompy.dataset import SnapshotDataset
 from pompy.errors import InputError, ModelStop
 from pompy.provenance import require_certificate
 
-TRAIN_GROUP = "train"
 
 # the seed's loss table, in CSV order
 LOSS_WEIGHTS: dict[str, float] = {"u": 12.0, "ub": 18.0, "v": 10.0, "vb": 12.0, "t": 1.0,
@@ -152,20 +150,9 @@ def read_train_group(path: str | Path) -> dict[str, object]:
 
 
 def load_model_config(path: str | Path) -> Config:
-    """The pom2k config of a training config: the file less its ``&train``
-    group, through pompy.config.load_config (every check of a run)."""
-    path = Path(path)
-    try:
-        nml = f90nml.read(str(path))
-    except FileNotFoundError as err:
-        raise InputError(f"config {path} does not exist") from err
-    if TRAIN_GROUP not in nml:
-        return load_config(path)
-    del nml[TRAIN_GROUP]
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / path.name
-        nml.write(str(plain))
-        return load_config(plain)
+    """The pom2k config of a training config (load_config leaves the
+    ``&train`` group to this module)."""
+    return load_config(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
