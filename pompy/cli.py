@@ -99,6 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_arguments(generate_cmd)
     generate_cmd.set_defaults(handler=generate_command)
 
+    verify_cmd = commands.add_parser(
+        "verify", help="check a torch core against the Fortran oracle (parity, gradcheck, "
+                       "gradient policies) and write the certificate the trainer requires")
+    verify_cmd.add_argument("--config", type=Path, required=True, metavar="CONFIG.nml",
+                            help="the grid and parameters to verify on")
+    verify_cmd.add_argument("--set", action="append", metavar="NAME=VALUE",
+                            help="override one parameter, value as in a namelist (repeatable)")
+    verify_cmd.add_argument("--core", choices=("explicit", "implicit"), default="explicit",
+                            help="the torch core to verify (default explicit)")
+    verify_cmd.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
+    verify_cmd.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                            help="precision of the core (gradients are checked in float64)")
+    verify_cmd.add_argument("--samples", type=positive_int, default=2,
+                            help="random states per routine (default 2)")
+    verify_cmd.add_argument("--steps", type=positive_int, default=12,
+                            help="internal steps of the whole run against the oracle (default 12)")
+    verify_cmd.add_argument("--seed", type=int, default=0, help="first random state's seed (default 0)")
+    verify_cmd.set_defaults(handler=verify_command)
+
     config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
     add_config_arguments(config_cmd)
     config_cmd.set_defaults(handler=show_config)
@@ -188,6 +207,12 @@ def generate_command(args: argparse.Namespace) -> int:
     from pompy.generate import run_command as generate
 
     return generate(args)
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    from pompy.verify import run_command as verify
+
+    return verify(args)
 
 
 def compare(args: argparse.Namespace) -> int:
