@@ -5,6 +5,12 @@ order) and runs pom2k's set-up, by the same path as the torch core
 (pompy.core.setup.set_up); ``run_steps(state, config, first, last)``
 advances the state in place through internal steps ``first..last``;
 ``OracleModel`` is the oracle as a driver's model (pompy.driver).
+
+Two free-surface schemes, as the torch cores: ``scheme="explicit"``
+(pom2k's mode split, the Fortran ``run_steps``; the default) and
+``scheme="implicit"`` (the semi-implicit free surface of
+pompy.core.external.implicit, the Fortran ``run_steps_implicit`` with
+``implicit_step`` and its own conjugate gradients, reference_fortran/implicit.f90).
 """
 from __future__ import annotations
 
@@ -16,9 +22,10 @@ from pompy import variables
 from pompy.config import Config, parameters
 from pompy.core.model import first_non_finite
 from pompy.core import setup
-from pompy.errors import CFLViolation, NonFiniteState
+from pompy.errors import CFLViolation, NonFiniteState, NotConverged
 from pompy.oracle.adapter import Oracle
 
+SCHEMES = ("explicit", "implicit")
 _ORACLE = None
 
 
@@ -43,16 +50,44 @@ def new_state(config: Config) -> dict[str, np.ndarray]:
 
 
 def run_steps(state: dict, config: Config, iint_first: int, iint_last: int,
-              time0: float = 0.0) -> int:
+              time0: float = 0.0, scheme: str = "explicit") -> int:
     """Advance ``state`` in place; return the last step taken.
 
-    Raises CFLViolation (state left as pom2k leaves it) when vamax > vmaxl.
+    Raises CFLViolation (state left as pom2k leaves it) when vamax > vmaxl;
+    with ``scheme="implicit"`` also NotConverged when the elevation solver
+    misses cg_tol (see :func:`run_steps_implicit`).
     """
+    if scheme == "implicit":
+        return run_steps_implicit(state, config, iint_first, iint_last, time0)["iint_done"]
+    if scheme != "explicit":
+        raise ValueError(f"scheme={scheme!r}: one of {SCHEMES}")
     params = dict(parameters(config), iint_first=iint_first, iint_last=iint_last, time0=time0)
     out = oracle().call("run_steps", state, params, inplace=True)
     if out["vamax"] > config.vmaxl:
         raise CFLViolation(out["iint_done"], out["vamax"], out["imax"], out["jmax"], config.vmaxl)
     return out["iint_done"]
+
+
+def run_steps_implicit(state: dict, config: Config, iint_first: int, iint_last: int,
+                       time0: float = 0.0) -> dict:
+    """The implicit scheme's main loop (Fortran ``run_steps_implicit``) on
+    ``state`` in place; returns the Fortran's outputs: ``iint_done`` (the
+    last step taken), that step's ``vamax``, ``imax``, ``jmax``,
+    ``cg_residual`` and ``cg_iters``, and ``cg_iters_total`` (all steps).
+
+    Stops as the torch ImplicitCore does after a failed check, the state
+    left as that step's implicit step left it: CFLViolation when vamax >
+    vmaxl, else NotConverged when the solver missed cg_tol (not
+    cg_residual <= cg_tol (1 + 1e-9), the torch core's slack; a NaN too).
+    """
+    params = dict(parameters(config), iint_first=iint_first, iint_last=iint_last, time0=time0)
+    out = oracle().call("run_steps_implicit", state, params, inplace=True)
+    iint = out["iint_done"]
+    if out["stopped"] == 1:
+        raise CFLViolation(iint, out["vamax"], out["imax"], out["jmax"], config.vmaxl)
+    if out["stopped"] == 2:
+        raise NotConverged(iint, out["cg_residual"], config.cg_tol, config.cg_maxiter)
+    return out
 
 
 class OracleModel:
@@ -61,13 +96,23 @@ class OracleModel:
     ``advance(last)`` runs the Fortran driver ``chunk`` steps per call; the
     state at the start of each call is kept, so that after a blow-up the
     last good step is recomputed from it (bit for bit) rather than copied
-    at every step."""
+    at every step.
 
-    name = "oracle"
+    ``scheme``: "explicit" (pom2k's mode split, name "oracle") or
+    "implicit" (the semi-implicit free surface, name "oracle_implicit"),
+    the Fortran twins of ExplicitCore and ImplicitCore. The implicit
+    scheme stops as ImplicitCore: CFLViolation, NotConverged (the
+    solver), or NonFiniteState at the first step whose state is not
+    finite (a NaN reaches the solver a step later as a NaN residual)."""
+
     chunk = 10
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, scheme: str = "explicit"):
+        if scheme not in SCHEMES:
+            raise ValueError(f"scheme={scheme!r}: one of {SCHEMES}")
         self.config = config
+        self.scheme = scheme
+        self.name = "oracle" if scheme == "explicit" else "oracle_implicit"
         self.state = new_state(config)
         self.iint = 0
         self.time0 = 0.0
@@ -81,7 +126,7 @@ class OracleModel:
         return self.state
 
     def _run(self, state: dict, first: int, last: int) -> int:
-        return run_steps(state, self.config, first, last, self.time0)
+        return run_steps(state, self.config, first, last, self.time0, self.scheme)
 
     def advance(self, last: int, on_step: Callable[[int, float], None] | None = None) -> None:
         while self.iint < last:
@@ -89,9 +134,15 @@ class OracleModel:
             kept = {k: v.copy(order="F") for k, v in self.state.items()}
             try:
                 self._run(self.state, self.iint + 1, stop)
-            except CFLViolation as exc:
+            except (CFLViolation, NotConverged) as exc:
+                start = _copy(kept) if self.scheme == "implicit" else None
                 if exc.iint - 1 > self.iint:
                     self._run(kept, self.iint + 1, exc.iint - 1)
+                if start is not None and not _finite(kept):
+                    # an earlier step left a NaN, which the implicit loop
+                    # meets only at the next step's solver: stop where the
+                    # torch core stops, at that earlier step
+                    self._find_non_finite_step(start, exc.iint - 1)
                 exc.last_good = kept
                 raise
             if not _finite(self.state):
@@ -114,6 +165,10 @@ class OracleModel:
                 exc.last_good = good
                 raise exc
             good = trial
+
+
+def _copy(state: dict) -> dict:
+    return {k: v.copy(order="F") for k, v in state.items()}
 
 
 def _finite(state: dict) -> bool:
