@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "(never the restart given to --restart)")
     run_cmd.add_argument("--force", action="store_true",
                          help="run even if the estimated memory exceeds what is available")
+    run_cmd.add_argument("--oracle", action="store_true",
+                         help="with --core implicit: its Fortran twin (the explicit Fortran driver "
+                              "is --core oracle)")
     run_cmd.add_argument("--fortran-math", action="store_true",
                          help="the torch core with pom2k's elementary function values "
                               "(pompy.compat.fortran_math; CPU float64): bit for bit with Fortran")
@@ -184,13 +187,14 @@ def run_command(args: argparse.Namespace) -> int:
     output = args.output or Path("output") / args.config.stem
     restart = args.restart
     if restart is None and config.nread == 1:
-        restart = latest_restart(output, args.core)
+        restart = latest_restart(output, "oracle_implicit" if args.oracle else args.core)
     if restart is not None and not Path(restart).exists():
         raise InputError(f"restart file {restart} does not exist")
     try:
         run_case(config, output, core=args.core, steps=args.steps, restart=restart,
                  device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check,
-                 overwrite=args.overwrite, force=args.force, fortran_math=args.fortran_math)
+                 overwrite=args.overwrite, force=args.force, fortran_math=args.fortran_math,
+                 oracle=args.oracle)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3

@@ -67,8 +67,8 @@ def check_device(core: str, device: str, dtype: str, fortran_math: bool = False)
         what = "the oracle" if core == "oracle" else "--fortran-math"
         raise InputError(f"{what} runs on the CPU in float64 only (got --device {device} "
                          f"--dtype {dtype})")
-    if fortran_math and core != "explicit":
-        raise InputError("--fortran-math is for the torch core (--core explicit)")
+    if fortran_math and core not in ("explicit", "implicit"):
+        raise InputError("--fortran-math is for the torch cores (--core explicit or implicit)")
     import torch
 
     try:
@@ -83,15 +83,16 @@ def check_device(core: str, device: str, dtype: str, fortran_math: bool = False)
 
 def make_model(config: Config, core: str = "explicit", device: str = "cpu",
                dtype: str = "float64", restart: Path | Restart | None = None,
-               check_cfl: bool = False):
-    """A set-up model of ``core`` (one set-up), with ``check_cfl`` its external CFL
+               check_cfl: bool = False, oracle: bool = False):
+    """A set-up model of ``core`` (one set-up), with ``check_cfl`` its CFL
     limit checked on that set-up (as `pompy run` does), at iint 0 or at
-    the step of the restart (a file, or one read_restart gave)."""
-    check_device(core, device, dtype)
-    if core == "oracle":
+    the step of the restart (a file, or one read_restart gave). ``oracle``
+    with core "implicit": the implicit core's Fortran twin."""
+    check_device("oracle" if oracle else core, device, dtype)
+    if core == "oracle" or oracle:
         from pompy.oracle.driver import OracleModel
 
-        model = OracleModel(config)
+        model = OracleModel(config, scheme="implicit" if core == "implicit" else "explicit")
     else:
         import torch
 
@@ -211,34 +212,38 @@ class Progress:
 def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: int | None = None,
              restart: Path | Restart | None = None, device: str = "cpu", dtype: str = "float64",
              progress: bool = True, check_cfl: bool = False, overwrite: bool = False,
-             force: bool = False, fortran_math: bool = False):
+             force: bool = False, fortran_math: bool = False, oracle: bool = False):
     """Run a case: ``<core>_output.nc`` at the record steps and
     ``<core>_restart.nc`` every ``restart_every`` days and at the end (a run
     continued from a restart at step N writes ``..._from_<N>.nc`` files:
     see output_files). On a blow-up or
     a signal the restart holds the last good step and the raised ModelStop
     or Interrupted names it. Returns the model."""
-    check_device(core, device, dtype, fortran_math)
+    if oracle and core != "implicit":
+        raise InputError("--oracle goes with --core implicit (its Fortran twin); the explicit "
+                         "Fortran driver is --core oracle")
+    check_device("oracle" if oracle else core, device, dtype, fortran_math)
     # a Restart object is the caller's own state (not validated as a file is)
     saved = restart if restart is None or isinstance(restart, Restart) else read_restart(restart, config)
     first = saved.iint + 1 if saved is not None else 1
     last = first - 1 + (steps if steps is not None else config.iend)
     output_dir = Path(output_dir)
-    out_path, restart_path = output_files(output_dir, core, first)
+    name = "oracle_implicit" if oracle else core          # the files' prefix
+    out_path, restart_path = output_files(output_dir, name, first)
     if isinstance(restart, (str, Path)) and Path(restart).resolve() in (out_path.resolve(),
                                                                        restart_path.resolve()):
         raise InputError(f"the restart to continue from, {restart}, is a file this run would "
                          "write (it continues from its own step); give another --output")
     prepare_output(output_dir, (out_path, restart_path), overwrite)
-    check_memory(config, core, dtype, force)
+    check_memory(config, "oracle" if oracle else core, dtype, force)
     records = record_steps(config, first, last)
     size = estimate_output_bytes(config, len(records))
     if progress and size > 1e9:
         print(f"pompy: the output will take about {gigabytes(size)} ({len(records)} records); "
               "--output-every DAYS writes fewer", file=sys.stderr)
     with _elementary_functions(fortran_math):
-        model = make_model(config, core, device, dtype, saved, check_cfl)
-        return _time_loop(model, config, core, first, last, records, out_path, restart_path,
+        model = make_model(config, core, device, dtype, saved, check_cfl, oracle)
+        return _time_loop(model, config, name, first, last, records, out_path, restart_path,
                           progress, fortran_math)
 
 
@@ -258,7 +263,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
 
     attributes = {"core": core, "elementary_functions": (
         "pom2k's (gfortran) via pompy.compat.fortran_math: bit for bit with Fortran"
-        if fortran_math else "torch's" if core != "oracle" else "gfortran's (the oracle)")}
+        if fortran_math else "gfortran's (the oracle)" if core.startswith("oracle") else "torch's")}
 
     def save(state: dict, iint: int) -> Path:
         return write_restart(restart_path, config, state, iint, days(iint), model.time0,
