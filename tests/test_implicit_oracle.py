@@ -21,9 +21,12 @@ against the torch code (pompy.core.external.implicit, .cg, ImplicitCore).
   scheme="implicit"): every variable equal to the last bit. The 65x49x21
   seamount over 240 steps is validation/implicit_oracle.py (the torch core
   takes minutes there).
-- the box without inflow (vfluxf = 0): volume conserved to 2.4e-16
-  relative over a day (bar 1e-12); with pom2k's box inflow vfluxf = -1e-5
-  m/s the mean surface rises at the inflow rate to 3.9e-13 relative.
+- the box (configs/box.nml, a day), the Fortran run: without inflow
+  (vfluxf = 0 after the set-up, which surface_forcing keeps) the volume
+  changes by 6.7e-22 of itself per day (bar 1e-12); with the box's inflow
+  vfluxf = -1e-5 m/s the mean surface rises at the inflow rate to
+  1.3e-16 relative (bar 1e-12). (The torch core gives the same box run
+  to the last bit: validation/implicit_oracle.py.)
 - the driver: chunks continue bit for bit, NotConverged and CFLViolation
   stop the run with the last good state.
 """
