@@ -8,32 +8,16 @@ so both upstream branches of cases 4 and 6 are taken on every edge;
 runs against the oracle within a measured tolerance; inputs are never written.
 """
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 
 from core_checks import assert_inputs_not_written, float32_errors
 from oracle_compare import compare_call
 from pompy.core.boundary import bcond
+from pompy.verify import open_state
 from strategies import pom_states, random_state
 
 IDX = range(1, 7)
-
-
-def open_state(state: dict, seed: int) -> dict:
-    """``state`` with open boundaries: fsm = dum = dvm = 1 and u, v, w of
-    alternating sign along j+k (i+k for the north/south rows), so inflow
-    and outflow both occur on each of the four edges at every level."""
-    rng = np.random.default_rng(seed)
-    im, jm, kb = state["u"].shape
-    i, j, k = np.meshgrid(np.arange(im), np.arange(jm), np.arange(kb), indexing="ij")
-    sign = np.where((i + j + k) % 2 == 0, 1.0, -1.0)
-    s = dict(state)
-    for name in ("fsm", "dum", "dvm"):
-        s[name] = np.ones((im, jm), order="F")
-    for name, scale in (("u", 0.3), ("v", 0.3), ("w", 1e-4)):
-        s[name] = np.asfortranarray(scale * rng.uniform(0.1, 1, (im, jm, kb)) * sign)
-    return s
 
 
 def _both_signs(a):
