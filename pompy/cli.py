@@ -121,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--seed", type=int, default=0, help="first random state's seed (default 0)")
     verify_cmd.set_defaults(handler=verify_command)
 
+    from pompy.report import DESCRIPTION as REPORT_DESCRIPTION, add_arguments as add_report_arguments
+
+    report_cmd = commands.add_parser("report", help="run the torch core(s) and the oracle side by "
+                                     "side and write a reproducibility report (HTML and JSON)",
+                                     description=REPORT_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_report_arguments(report_cmd)
+    report_cmd.set_defaults(handler=report_command)
+
     config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
     add_config_arguments(config_cmd)
     config_cmd.set_defaults(handler=show_config)
@@ -217,6 +226,12 @@ def verify_command(args: argparse.Namespace) -> int:
     from pompy.verify import run_command as verify
 
     return verify(args)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    from pompy.report import run_command as report
+
+    return report(args)
 
 
 def compare(args: argparse.Namespace) -> int:
