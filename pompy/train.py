@@ -49,8 +49,17 @@ Output folder: ``train_log.csv`` (rank 0; columns :data:`CSV_COLUMNS`,
 per-field values times loss_display_scale), ``checkpoint_epoch<E>.pt``
 each epoch and ``checkpoint_last.pt`` (atomic: networks, optimizer,
 scheduler, normaliser, learned parameters, every rank's RNG states,
-epoch, skipped steps, the certificate's id); ``--resume FILE`` continues
-from one and gives the losses an uninterrupted run gives.
+epoch, skipped steps, the certificate's id and key); ``--resume FILE``
+continues from one and gives the losses an uninterrupted run gives (the
+log's rows of an interrupted later epoch are dropped, as that epoch runs
+again). A checkpoint trained under another certificate (an edited core,
+another torch, device type or dtype) is refused, naming both ids. A fresh
+run refuses a folder holding an earlier run's log or checkpoints unless
+``--overwrite``.
+
+``--amp bf16``: the networks alone run under bfloat16 autocast (their
+weights float32); packing, corrections, losses, the learned parameters and
+the physics stay in the core's dtype.
 
 ``--learn horcon,umol`` trains pom2k parameters too: each is exp of a
 learned log (positive), initialised at the config's value, given to every
@@ -64,6 +73,7 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import random
 import sys
 import time
@@ -129,6 +139,7 @@ DEFAULTS: dict[str, object] = {
     "data": None,
     "output": None,
     "progress": True,
+    "overwrite": False,           # a fresh run into a folder holding a log or checkpoints
 }
 
 
@@ -245,6 +256,17 @@ def _check_options(a: argparse.Namespace) -> None:
         raise InputError("nothing to train: no encoder, no decoder and no --learn")
     a.loss_weights_table = parse_loss_weights(a.loss_weights)
     a.learn_names = parse_learn(a.learn)
+
+
+def check_output(folder: Path, overwrite: bool) -> None:
+    """A fresh run refuses a folder holding an earlier run's log or
+    checkpoints, unless ``overwrite``."""
+    earlier = sorted(p.name for p in [folder / "train_log.csv", *folder.glob("checkpoint_*.pt")]
+                     if p.exists()) if folder.is_dir() else []
+    if earlier and not overwrite:
+        raise InputError(f"--output {folder} holds an earlier run ({', '.join(earlier[:3])}"
+                         f"{' ...' if len(earlier) > 3 else ''}); --resume FILE continues it, "
+                         f"--overwrite replaces it, or choose another folder")
 
 
 # ------------------------------------------------------------------ cores
@@ -439,6 +461,10 @@ class SyncBatchNormCPU(nn.modules.batchnorm._BatchNorm):
         if not (self.training and group is not None and dist.get_world_size(group) > 1):
             return super().forward(x)
         self._check_input_dim(x)
+        # statistics at least in the running statistics' precision (a bf16
+        # input under autocast: float32, as torch's own SyncBatchNorm)
+        like = next((t for t in (self.running_mean, self.weight) if t is not None), x)
+        dtype_in, x = x.dtype, x.to(torch.promote_types(x.dtype, like.dtype))
         dims = [0] + list(range(2, x.dim()))
         n = torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype, device=x.device)
         total = all_reduce_sum(torch.cat([x.sum(dims), n]), group=group)
@@ -457,7 +483,7 @@ class SyncBatchNormCPU(nn.modules.batchnorm._BatchNorm):
         y = centred / torch.sqrt(var + self.eps).view(shape)
         if self.affine:
             y = y * self.weight.view(shape) + self.bias.view(shape)
-        return y
+        return y.to(dtype_in)
 
 
 def convert_sync_batchnorm(module: nn.Module, device: torch.device | str = "cpu") -> nn.Module:
@@ -516,8 +542,30 @@ def _distribution(environ: Mapping[str, str]) -> tuple[int, int, int]:
 
 
 def certificate_id(body: Mapping) -> str:
-    """A short id of a certificate: sha256 of its canonical JSON."""
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    """A short id of a certificate: sha256 of its key's canonical JSON (what
+    was verified: core, device type, dtype, torch, source hash), so that
+    verifying the same core again keeps the id and an edited one changes it."""
+    return hashlib.sha256(json.dumps(body["key"], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_resume(path: Path, certificate: Mapping) -> dict:
+    """The checkpoint ``--resume`` names, trained under ``certificate``'s
+    core; else InputError (unreadable, or trained under another certificate:
+    its networks learned another core's physics)."""
+    try:
+        body = torch.load(path, map_location="cpu", weights_only=False)
+        saved = body["certificate"]
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError,
+            pickle.UnpicklingError) as err:
+        raise InputError(f"--resume {path}: not a pompy.train checkpoint ({err})") from err
+    mine = certificate_id(certificate)
+    if saved.get("id") != mine:
+        key, old = certificate["key"], saved.get("key") or {}
+        differ = ", ".join(f"{k} {old.get(k)} -> {v}" for k, v in key.items() if old.get(k) != v)
+        raise InputError(f"--resume {path}: trained under certificate {saved.get('id')}, this core "
+                         f"has certificate {mine} ({differ or 'another key'}); resume with the "
+                         f"core it was trained on, or start a new run without --resume")
+    return body
 
 
 class NPOMTrainerDDP:
@@ -533,12 +581,18 @@ class NPOMTrainerDDP:
         else:
             self.device = torch.device(args.device)
         self.dtype = getattr(torch, args.dtype)
+        # the networks' weights: float32 under --amp bf16 (autocast's master copy)
+        self.net_dtype = torch.float32 if args.amp == "bf16" else self.dtype
         self.log_file = None
         self.skipped_steps = 0
         # the gate: every rank, before anything is built or joined
         self.certificate = require_certificate(args.core, self.device, args.dtype,
                                                config=str(args.config))
         self.certificate_id = certificate_id(self.certificate)
+        # also before the group is joined, so that every rank refuses alike
+        resume = load_resume(args.resume, self.certificate) if args.resume is not None else None
+        if resume is None:
+            check_output(args.output, bool(args.overwrite))
         self.config = load_model_config(args.config)
         if not math.isclose(self.config.dti, args.physics_step_seconds, rel_tol=1e-12):
             raise InputError(f"physics_step_seconds={args.physics_step_seconds} s but the "
@@ -556,8 +610,6 @@ class NPOMTrainerDDP:
         self.pool = CorePool(self.core_cls, self.config, self.device, self.dtype,
                              args.batch_size) if args.reuse_core_pool else None
         self.start_epoch = 0
-        resume = torch.load(args.resume, map_location="cpu", weights_only=False) \
-            if args.resume is not None else None
         if resume is not None:
             self.normalizer = Normalizer(**{k: resume["normalizer"][k]
                                             for k in ("mean", "std", "mask")})
@@ -580,11 +632,24 @@ class NPOMTrainerDDP:
         if self.is_main:
             args.output.mkdir(parents=True, exist_ok=True)
             self.log_path = args.output / "train_log.csv"
-            new = not self.log_path.exists() or resume is None
-            self.log_file = open(self.log_path, "w" if new else "a")
-            if new:
-                self.log_file.write(",".join(CSV_COLUMNS) + "\n")
-                self.log_file.flush()
+            kept = self._kept_log_rows() if resume is not None else []
+            self.log_file = open(self.log_path, "w")
+            self.log_file.write("".join([",".join(CSV_COLUMNS) + "\n", *kept]))
+            self.log_file.flush()
+
+    def _kept_log_rows(self) -> list[str]:
+        """The log's rows up to the resumed checkpoint's epoch: the rows of
+        an interrupted later epoch go, as the run does that epoch again."""
+        if not self.log_path.exists():
+            return []
+        lines = self.log_path.read_text().splitlines(keepends=True)[1:]
+        epoch = [line.split(",", 1)[0] for line in lines]
+        kept = [line for line, e in zip(lines, epoch)           # a cut last line goes too
+                if line.endswith("\n") and e.isdigit() and int(e) < self.start_epoch]
+        if len(kept) < len(lines):
+            print(f"pompy train: {len(lines) - len(kept)} rows of epochs from {self.start_epoch} on "
+                  f"dropped from {self.log_path} (done again)", file=sys.stderr)
+        return kept
 
     # -------------------------------------------------------------- set-up
     def _build_data(self) -> None:
@@ -660,7 +725,7 @@ class NPOMTrainerDDP:
         """A CorrectorNet, SyncBatchNorm, DDP-wrapped (one process: plain)."""
         channels = 4 * (self.config.kb - 1) + 5
         net = CorrectorNet(channels, int(self.args.hidden_channels), self.normalizer.mask)
-        net = convert_sync_batchnorm(net, self.device).to(device=self.device, dtype=self.dtype)
+        net = convert_sync_batchnorm(net, self.device).to(device=self.device, dtype=self.net_dtype)
         return self._wrap(net)
 
     def _build_physics_parameters(self) -> nn.Module | None:
@@ -686,9 +751,14 @@ class NPOMTrainerDDP:
                 for _ in range(batch_size)]
 
     def _network(self, net: nn.Module, packed: torch.Tensor) -> torch.Tensor:
+        """A network's corrections in the core's dtype. With --amp bf16 the
+        network alone runs under bfloat16 autocast, from its float32
+        weights (autocast leaves float64 tensors alone: a float64 network
+        would run in float64); packing, corrections and physics stay out."""
         if self.args.amp == "bf16":
             with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
-                return net(packed).to(self.dtype)
+                out = net(packed.to(self.net_dtype))
+            return out.to(self.dtype)
         return net(packed)
 
     def run_physics_multistep(self, poms: list, ics: Mapping, n_steps: int) -> dict:
@@ -895,7 +965,10 @@ class NPOMTrainerDDP:
             path = self.args.output / f"checkpoint_epoch{epoch}.pt"
             for target in (path, self.args.output / "checkpoint_last.pt"):
                 tmp = target.with_name(target.name + ".tmp")
-                torch.save(body, tmp)
+                with open(tmp, "wb") as f:
+                    torch.save(body, f)
+                    f.flush()
+                    os.fsync(f.fileno())       # on disk before it replaces the old one
                 os.replace(tmp, target)
         if self.distributed:
             dist.barrier()
@@ -915,10 +988,6 @@ class NPOMTrainerDDP:
         self.scheduler.load_state_dict(body["scheduler"])
         self.start_epoch = int(body["epoch"]) + 1
         self.skipped_steps = int(body.get("skipped_steps", 0))
-        if body["certificate"]["id"] != self.certificate_id and self.is_main:
-            print(f"pompy train: the checkpoint was trained under certificate "
-                  f"{body['certificate']['id']}, this run has {self.certificate_id}",
-                  file=sys.stderr)
         rng = body.get("rng") or []
         if len(rng) == self.world_size and rng[self.global_rank] is not None:
             state = rng[self.global_rank]
