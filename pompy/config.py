@@ -95,6 +95,10 @@ class Config:
     smoth: float = _param(0.1, "Asselin time filter weight (dimensionless)")
     alpha: float = _param(0.225, "weight of the surface slope term in the external mode (dimensionless)")
     aam_init: float = _param(500.0, "initial horizontal viscosity aam (m2 s-1)")
+    # pompy's forcing control (not pom2k's; the Fortran oracle refuses any other value)
+    wind_factor: float = _param(1.0, "factor on the seamount's wind stress (iproblem 1 and 3; "
+                                     "1: pom2k's ramp*1e-4 m2 s-2 taper; pompy generate "
+                                     "--perturb wind draws one per member)")
     # the implicit core's free surface (pompy.core.external.implicit; not pom2k's)
     theta: float = _param(0.55, "implicit core: weight of the new elevation in its gravity-wave "
                                 "terms (0.5 neutral, 1 fully implicit)")

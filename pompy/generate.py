@@ -1,7 +1,7 @@
 """``pompy generate``: training datasets from ensembles of model runs.
 
     pompy generate CONFIG --days D --every E --output DIR [--core explicit]
-        [--members N] [--perturb ic] [--amplitude A] [--seed S]
+        [--members N] [--perturb ic|wind] [--amplitude A] [--seed S]
         [--device cpu|cuda] [--dtype float64|float32] [--overwrite] [--force]
         [--set NAME=VALUE]
     torchrun --nproc_per_node=K -m pompy.generate CONFIG ...   (same arguments)
@@ -19,19 +19,32 @@ the seed pair (S, m): its perturbation seed is
 ``numpy.random.SeedSequence([S, m]).generate_state(1, numpy.uint64)[0] >> 1``
 (a non-negative int64, stored per member as ``perturbation_seed``), and
 
-    --perturb ic (the only kind): after the set-up, at every wet point
-        (fsm = 1) and level k = 1..kb-1, t and tb (equal at the set-up) get
-        A * z with z = numpy.random.default_rng(perturbation_seed)
-        .standard_normal((im, jm, kb)) in pom2k's (i, j, k) order;
-        A = --amplitude in degC (default 0.01). The density rho is then
-        recomputed by the core's dens, as the set-up computes it; the grid
-        (rmean, tclim, and the boundary values) stays the unperturbed one,
-        so every member shares one grid.
+    --perturb ic (initial conditions, the default): after the set-up, at
+        every wet point (fsm = 1) and level k = 1..kb-1, t and tb (equal at
+        the set-up) get A * z with z = numpy.random.default_rng(
+        perturbation_seed).standard_normal((im, jm, kb)) in pom2k's (i, j,
+        k) order; A = --amplitude in degC (default 0.01). The density rho
+        is then recomputed by the core's dens, as the set-up computes it;
+        the grid (rmean, tclim, and the boundary values) stays the
+        unperturbed one, so every member shares one grid.
 
-    A wind perturbation is not offered: pom2k's surface_forcing recomputes
-    the seamount's wind stress (1e-4 m2 s-2, tapered) every step from
-    constants, and no config parameter scales it, so a change to wusurf
-    would be overwritten at the next step.
+    --perturb wind (forcing): the member runs with its own wind factor
+        W_m = wind_factor * (1 + A z), z = numpy.random.default_rng(
+        perturbation_seed).standard_normal() (one draw), wind_factor the
+        config's (default 1) and A = --amplitude, relative (default 0.1).
+        The config parameter wind_factor scales the seamount's wind stress,
+        which surface_forcing recomputes every step (ramp * 1e-4 m2 s-2,
+        tapered in j): a change to wusurf itself would be overwritten at
+        the next step, so the factor is a parameter of the run (the core's
+        params), not a field of the state. The initial state is member 0's.
+        Refused for the box (iproblem 2), which has no wind.
+
+    Every member's factor is stored as ``wind_factor(member)`` (the config's
+    for member 0 and for ic members): the snapshots of member m continue
+    bit for bit in a core whose config has wind_factor = wind_factor[m]
+    (or whose params["wind_factor"] is set to it), not in one with the
+    config's. The Fortran oracle has no wind factor and refuses one other
+    than 1 (pompy.oracle.driver.check_supported).
 
 torchrun. Each process reads RANK and WORLD_SIZE (as torchrun sets them;
 default 0 and 1), runs members m with m % WORLD_SIZE == RANK and writes its
@@ -87,8 +100,10 @@ class CoreKind(NamedTuple):
 # The cores `pompy generate --core` runs, by name: one line per core.
 CORES: dict[str, CoreKind] = {"explicit": CoreKind(ExplicitCore, check_external_cfl),
                               "implicit": CoreKind(ImplicitCore, check_internal_cfl)}
-PERTURBATIONS = ("ic",)
-DEFAULT_AMPLITUDE = 0.01      # degC: well below the seamount's vertical T contrast (~15 degC)
+PERTURBATIONS = ("ic", "wind")
+# --amplitude of each kind when not given
+DEFAULT_AMPLITUDES = {"ic": 0.01,      # degC: well below the seamount's vertical T contrast (~15 degC)
+                      "wind": 0.1}     # relative: member wind factors of about 1 +- 0.1
 # HDF5's own bytes in an uncompressed dataset (superblock, object headers,
 # attributes): file size less the values' bytes, measured 113.0 to 115.3 kB
 # on seamount grids of 8x7x5, 20x15x8 and 65x49x21 with 1 to 3 members and
@@ -150,6 +165,14 @@ def ic_perturbation(fsm: np.ndarray, kb: int, seed: int, amplitude: float) -> np
     return amplitude * (noise * wet)
 
 
+def wind_factor(config: Config, perturb: str, seed: int, amplitude: float) -> float:
+    """The wind factor of a member of perturbation seed ``seed`` (-1: member
+    0): the config's, times 1 + amplitude * one N(0, 1) draw for wind."""
+    if perturb != "wind" or seed < 0:
+        return config.wind_factor
+    return config.wind_factor * (1.0 + amplitude * np.random.default_rng(seed).standard_normal())
+
+
 def perturb_ic(core: Core, seed: int, amplitude: float) -> None:
     """t and tb of a set-up core perturbed (ic_perturbation), rho recomputed
     by the core's own dens as the set-up does."""
@@ -176,7 +199,8 @@ def estimate_dataset_bytes(config: Config, members: int, records: int) -> int:
     coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
     grid = 8 * (coordinates + _count(config, grid_fields()))
     state = 8 * _count(config, state_fields())
-    return grid + members * records * state + records * (8 + 4) + members * (4 + 8) + HEADER_BYTES
+    return (grid + members * records * state + records * (8 + 4) + members * (4 + 8 + 8)
+            + HEADER_BYTES)
 
 
 def _numpy(record: Mapping, name: str) -> np.ndarray:
@@ -188,7 +212,8 @@ class DatasetWriter:
     into ``path``.tmp, renamed to ``path`` by :meth:`close` (``complete``)."""
 
     def __init__(self, path: Path, config: Config, grid: Mapping, members: list[int],
-                 seeds: list[int], iints: list[int], time0: float, attributes: dict):
+                 seeds: list[int], wind_factors: list[float], iints: list[int], time0: float,
+                 attributes: dict):
         self.path, self.tmp = Path(path), Path(path).with_name(Path(path).name + ".tmp")
         ds = self.ds = _create(self.tmp, config, f"{config.title}: pompy generate dataset",
                                attributes)
@@ -199,6 +224,9 @@ class DatasetWriter:
         self._index("perturbation_seed", "i8", seeds,
                     "seed of numpy.random.default_rng for the member's perturbation (-1: none)",
                     dim="member")
+        self._index("wind_factor", "f8", wind_factors,
+                    "factor on the wind stress the member ran with (config wind_factor; "
+                    "a restart from its snapshots needs it)", dim="member")
         t = self._index("time", "f8", [config.dti * n / 86400 + time0 for n in iints], "model time")
         t.units, t.standard_name, t.calendar, t.axis = \
             "days since 2000-01-01 00:00:00", "time", "standard", "T"
@@ -266,12 +294,14 @@ def _set_up(core_name: str, config: Config, device: str, dtype: str) -> Core:
     return core
 
 
-def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, seed: int,
-                amplitude: float, steps: int, records: int) -> None:
-    """One member from the set-up ``start``: perturbed (seed >= 0), its time-0
-    snapshot, then ``records`` snapshots every ``steps`` steps."""
+def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, perturb: str,
+                seed: int, amplitude: float, wind: float, steps: int, records: int) -> None:
+    """One member from the set-up ``start`` with wind factor ``wind``:
+    perturbed (seed >= 0), its time-0 snapshot, then ``records`` snapshots
+    every ``steps`` steps."""
     core.restore(start)
-    if seed >= 0:
+    core.params = dict(core.params, wind_factor=wind)     # what surface_forcing reads
+    if seed >= 0 and perturb == "ic":
         perturb_ic(core, seed, amplitude)
     writer.write(local, 0, core.snapshot())
     for n in range(1, records + 1):
@@ -298,6 +328,9 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     choices, the torchrun split, the schedule, the device, the output
     folder and file, memory and disk."""
     _check_choices(core, members, perturb, amplitude, seed)
+    if perturb == "wind" and config.iproblem == 2:
+        raise InputError("--perturb wind: the box (iproblem=2) has no wind stress to perturb; "
+                         "use --perturb ic")
     rank, world, local_rank = distribution(environ)
     if members < world:
         raise InputError(f"--members {members} < WORLD_SIZE = {world}: rank {world - 1} "
@@ -314,16 +347,19 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
 
 
 def generate(config: Config, output_dir: Path, days: float, every: float, core: str = "explicit",
-             members: int = 1, perturb: str = "ic", amplitude: float = DEFAULT_AMPLITUDE,
+             members: int = 1, perturb: str = "ic", amplitude: float | None = None,
              seed: int = 0, device: str = "cpu", dtype: str = "float64", overwrite: bool = False,
              force: bool = False, environ: Mapping[str, str] | None = None,
              log=None) -> Path:
     """Write this process's dataset file (see the module docstring) and
     return its path; InputError before anything runs for bad input,
-    ModelStop (with ``member`` set) if a member blows up. ``environ``:
+    ModelStop (with ``member`` set) if a member blows up. ``amplitude``:
+    None for the kind's default (DEFAULT_AMPLITUDES). ``environ``:
     where RANK and WORLD_SIZE are read (default os.environ); ``log``: the
     stream of the size line and per-member lines (default stderr)."""
     log = sys.stderr if log is None else log
+    if amplitude is None and perturb in DEFAULT_AMPLITUDES:
+        amplitude = DEFAULT_AMPLITUDES[perturb]
     p = plan(config, output_dir, days, every, core, members, perturb, amplitude, seed, device,
              dtype, overwrite, force, os.environ if environ is None else environ)
     prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
@@ -333,16 +369,18 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
     model = _set_up(core, config, p.device, dtype)
     start = model.capture()
     seeds = [member_seed(seed, m) for m in p.members]
+    winds = [wind_factor(config, perturb, m_seed, amplitude) for m_seed in seeds]
     attributes = _attributes(config, core, dtype, days, p.steps, members, perturb, amplitude,
                              seed, p.rank, p.world)
-    writer = DatasetWriter(p.path, config, start, p.members, seeds,
+    writer = DatasetWriter(p.path, config, start, p.members, seeds, winds,
                            [n * p.steps for n in range(p.records + 1)], start["time0"], attributes)
     complete = False
     try:
-        for local, (m, m_seed) in enumerate(zip(p.members, seeds)):
+        for local, (m, m_seed, wind) in enumerate(zip(p.members, seeds, winds)):
             began = _time.perf_counter()
             try:
-                _run_member(model, start, writer, local, m_seed, amplitude, p.steps, p.records)
+                _run_member(model, start, writer, local, perturb, m_seed, amplitude, wind,
+                            p.steps, p.records)
             except ModelStop as exc:
                 exc.member = m            # for the message: which member blew up
                 raise
@@ -359,7 +397,8 @@ def _check_choices(core: str, members: int, perturb: str, amplitude: float, seed
         raise InputError(f"--core {core}: one of {', '.join(CORES)}")
     if perturb not in PERTURBATIONS:
         raise InputError(f"--perturb {perturb}: one of {', '.join(PERTURBATIONS)}")
-    if members < 1 or seed < 0 or not (amplitude >= 0 and math.isfinite(amplitude)):
+    if members < 1 or seed < 0 or amplitude is None or not (amplitude >= 0
+                                                             and math.isfinite(amplitude)):
         raise InputError(f"--members {members}, --seed {seed}, --amplitude {amplitude}: need "
                          "members >= 1, seed >= 0, a finite amplitude >= 0")
 
@@ -380,13 +419,22 @@ def _attributes(config: Config, core: str, dtype: str, days: float, steps: int, 
         "days": float(days), "every_days": every, "steps_between_snapshots": steps,
         "dti": config.dti, "time0": 0.0, "members": members, "seed": seed,
         "perturb": perturb, "amplitude": amplitude,
-        "perturbation": ("member 0 unperturbed; member m > 0: t and tb += amplitude (degC) * "
-                         "numpy.random.default_rng(perturbation_seed[m]).standard_normal((im, jm, "
-                         "kb)) at fsm = 1, k = 1..kb-1 (pom2k order), then rho = dens(s, t)"),
+        "perturbation": PERTURBATION_TEXT[perturb],
         "rank": rank, "world_size": world,
         "member_split": f"member m is in the file of rank m % {world}",
         "state_variables": " ".join(state_fields()), "grid_variables": " ".join(grid_fields()),
     }
+
+
+PERTURBATION_TEXT = {   # the dataset's "perturbation" attribute, by kind
+    "ic": ("member 0 unperturbed; member m > 0: t and tb += amplitude (degC) * "
+           "numpy.random.default_rng(perturbation_seed[m]).standard_normal((im, jm, kb)) at "
+           "fsm = 1, k = 1..kb-1 (pom2k order), then rho = dens(s, t)"),
+    "wind": ("member 0 unperturbed; member m > 0: the initial state of member 0, run with "
+             "wind_factor[m] = (the namelist's wind_factor) * (1 + amplitude * "
+             "numpy.random.default_rng(perturbation_seed[m]).standard_normal()), the factor on "
+             "the seamount's wind stress; restart its snapshots with that wind_factor"),
+}
 
 
 # ---------------------------------------------------------------- command line
@@ -399,11 +447,15 @@ number of dti; --days a whole number of --every). Format and reader:
 pompy.dataset (SnapshotDataset).
 
 Members: member 0 is unperturbed; member m > 0 is perturbed from the pair
-(--seed S, m): --perturb ic adds --amplitude A (degC, default 0.01) times
-Gaussian noise (numpy default_rng seeded from SeedSequence([S, m]), the seed
-stored per member) to the initial t and tb at wet points (fsm = 1) and
-levels 1..kb-1, then recomputes rho. There is no wind perturbation: pom2k's
-wind stress is recomputed every step from constants no parameter scales.
+(--seed S, m), with numpy default_rng seeded from SeedSequence([S, m]) (the
+seed stored per member): --perturb ic adds --amplitude A (degC, default
+0.01) times Gaussian noise to the initial t and tb at wet points (fsm = 1)
+and levels 1..kb-1, then recomputes rho; --perturb wind runs the member
+from member 0's initial state with the wind stress scaled by its own
+factor wind_factor * (1 + A z), z one Gaussian draw, A relative (default
+0.1); not for the box (no wind). Each member's factor is stored
+(wind_factor): a core restarts its snapshots bit for bit with that
+wind_factor.
 
 torchrun --nproc_per_node=K -m pompy.generate (same arguments): member m
 runs on rank m % K, each rank writes its own file, no process group; the
@@ -426,9 +478,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the torch core (default explicit)")
     parser.add_argument("--members", type=int, default=1, help="ensemble size N (default 1)")
     parser.add_argument("--perturb", choices=PERTURBATIONS, default="ic",
-                        help="perturbation of members m > 0 (ic: initial temperature noise)")
-    parser.add_argument("--amplitude", type=float, default=DEFAULT_AMPLITUDE,
-                        help=f"perturbation amplitude, degC for ic (default {DEFAULT_AMPLITUDE})")
+                        help="perturbation of members m > 0 (ic: initial temperature noise; "
+                             "wind: a wind stress factor per member)")
+    parser.add_argument("--amplitude", type=float, default=None,
+                        help=f"perturbation amplitude: degC for ic (default "
+                             f"{DEFAULT_AMPLITUDES['ic']}), relative for wind (default "
+                             f"{DEFAULT_AMPLITUDES['wind']})")
     parser.add_argument("--seed", type=int, default=0, help="ensemble seed S (default 0)")
     parser.add_argument("--device", default="cpu",
                         help="torch device: cpu, cuda (cuda:LOCAL_RANK under torchrun), cuda:N")

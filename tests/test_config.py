@@ -22,6 +22,7 @@ POM2K_DEFAULTS = dict(
     cbcmin=0.0025, cbcmax=1.0, horcon=0.2, tprni=0.2, umol=2e-5, hmax=4500.0, vmaxl=100.0,
     slmax=2.0, kl1=6, kl2=19, ntp=2, nbct=1, nbcs=1, ispadv=5, smoth=0.1, alpha=0.225,
     aam_init=500.0, icfile="",
+    wind_factor=1.0,                          # pompy's: pom2k's wind stress
     theta=0.55, cg_tol=1e-12, cg_maxiter=500,    # the implicit core's
     output_every=0.0, restart_every=0.0,      # pompy's run controls
 )
@@ -472,3 +473,12 @@ def test_printed_policies_read_back(tmp_path):
     path = tmp_path / "printed.nml"
     path.write_text(printed(config))
     assert load_config(path) == config
+
+
+def test_wind_factor_is_any_finite_real_and_reaches_the_parameters():
+    """pompy's wind_factor (not pom2k's): 1 by default, set by --set."""
+    from pompy.config import parameters
+    assert Config().wind_factor == 1.0 and parameters(Config())["wind_factor"] == 1.0
+    assert load_config(CONFIGS / "seamount.nml", ["wind_factor=1.25"]).wind_factor == 1.25
+    assert Config(wind_factor=-0.5).wind_factor == -0.5          # a reversed wind
+    assert rejected(wind_factor=math.inf) == "wind_factor=inf is out of range: must be finite"

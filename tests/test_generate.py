@@ -277,7 +277,8 @@ def test_help_documents_the_perturbations(capsys):
         main(["generate", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "member 0 is unperturbed" in out and "SeedSequence([S, m])" in out
-    assert "no wind perturbation" in out and "rank m % K" in out
+    assert "--perturb wind" in out and "wind_factor * (1 + A z)" in out and "rank m % K" in out
+    assert "relative for wind (default 0.1)" in out
 
 
 def test_torchrun_ranks_split_the_members_and_their_union_is_the_dataset(made, tmp_path):
@@ -343,3 +344,150 @@ def test_the_implicit_core_generates_too(tmp_path):
         core.iend = 4
         core.run_time_loop()
     assert torch.equal(sample["target"]["t"][-1], core.t)
+
+
+# ------------------------------------------------------------------ --perturb wind
+
+WIND_AMPLITUDE = 0.1          # the default for wind
+
+
+def wind_seed(m: int) -> int:
+    return int(np.random.SeedSequence([SEED, m]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+@pytest.fixture(scope="module")
+def wind(made):
+    """A --perturb wind dataset of the same config, members and seed."""
+    config, path, _ = made
+    folder = path.parent.parent / "wind"
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(generate_args(config, folder, "--perturb", "wind")) == 0
+    return folder / "dataset.nc"
+
+
+def test_the_wind_factor_scales_pom2ks_wind_stress(oracle):
+    """surface_forcing with wind_factor W against the Fortran (which has no
+    factor) times W: the wusurf it sets within 2 roundings (W multiplies
+    ramp first; measured at most 2.19e-16 of the largest, 6 states, 4 W),
+    every other output and W = 1 equal to the bit."""
+    from oracle_compare import torch_call
+    from pompy.core import stepping
+    from strategies import random_state
+
+    _, params, state = random_state(3, 9, 8, 5, oracle)
+    params = dict(params, iproblem=1)
+    want = oracle.call("surface_forcing", state, params)
+    rows = np.s_[1:8, 1:7]                  # i = 2..imm1, j = 2..jmm1: what it sets
+    for factor in (1.0, 1.3, -0.7):
+        got = torch_call(stepping.surface_forcing, oracle, "surface_forcing", state,
+                         dict(params, wind_factor=factor))
+        for name, value in got.items():
+            value = value.numpy()
+            if name == "wusurf" and factor != 1.0:
+                expected = factor * want[name][rows]
+                assert np.abs(value[rows] - expected).max() <= 4.5e-16 * np.abs(expected).max()
+                value[rows] = want[name][rows]          # the rest is the input, kept
+            assert np.array_equal(value, want[name]), (factor, name)
+
+
+def test_wind_members_have_their_own_factor_from_the_seed(made, wind):
+    """Member m's wind_factor is 1 + 0.1 z, z numpy's default_rng draw from
+    SeedSequence([seed, m]) (computed here); member 0's is the config's 1.0
+    and its run is the ic dataset's member 0 (a normal run) to the bit; the
+    members start from the same state and then differ."""
+    _, path, _ = made
+    data, ic = read(wind), read(path)
+    assert data["perturbation_seed"].tolist() == [-1, wind_seed(1), wind_seed(2)]
+    assert data["wind_factor"][0] == 1.0 and ic["wind_factor"].tolist() == [1.0] * MEMBERS
+    for m in (1, 2):
+        z = np.random.default_rng(wind_seed(m)).standard_normal()
+        assert data["wind_factor"][m] == 1.0 * (1.0 + WIND_AMPLITUDE * z)
+        assert abs(data["wind_factor"][m] - 1.0) > 1e-3
+        for name in state_fields():
+            assert np.array_equal(data[name][m, 0], data[name][0, 0]), (m, name)
+        for name in ("u", "t", "el", "wusurf"):
+            assert not np.array_equal(data[name][m, -1], data[name][0, -1]), (m, name)
+    for name in state_fields():
+        assert np.array_equal(data[name][0], ic[name][0]), name
+    with netCDF4.Dataset(wind) as ds:
+        assert ds.perturb == "wind" and ds.amplitude == WIND_AMPLITUDE
+        assert "wind_factor[m]" in ds.perturbation
+
+
+def test_a_wind_member_restarts_bit_for_bit_with_its_factor(wind):
+    """Every sample of a wind member: a fresh core whose config carries
+    the member's stored wind_factor continues bit for bit to the next
+    snapshot; with the namelist's factor (1.0) it does not."""
+    config = tiny_config()
+    factors = read(wind)["wind_factor"]
+    ds = SnapshotDataset(wind, horizon=1, fields=state_fields())
+    for i in range(len(ds)):
+        sample = ds[i]
+        m = int(sample["member"])
+        results = {}
+        for label, factor in (("member's", factors[m]), ("namelist's", 1.0)):
+            core = ExplicitCore(dataclasses.replace(config, wind_factor=float(factor)))
+            core.restore(ds.restore_record(sample))
+            core.iend = core.iint + EVERY_STEPS
+            core.run_time_loop()
+            results[label] = all(torch.equal(core.state[name], sample["target"][name][0])
+                                 for name in state_fields())
+        assert results["member's"], i
+        assert results["namelist's"] == (m == 0), i
+
+
+def test_the_implicit_core_generates_wind_members_that_restart(tmp_path):
+    """--core implicit --perturb wind: member 1 restarts from its snapshot
+    at iint 2 bit for bit with its wind factor (params set as the trainer
+    would set them on a pooled core)."""
+    from pompy.core.implicit import ImplicitCore
+
+    config = tmp_path / "tiny.nml"
+    tiny_config().to_namelist().write(config)
+    assert main(["generate", str(config), "--days", repr(4 * 18 / 86400), "--every",
+                 repr(2 * 18 / 86400), "--core", "implicit", "--perturb", "wind", "--members", "2",
+                 "--seed", str(SEED), "--output", str(tmp_path / "d")]) == 0
+    factor = float(read(tmp_path / "d" / "dataset.nc")["wind_factor"][1])
+    ds = SnapshotDataset(tmp_path / "d", horizon=1, fields=state_fields())
+    sample = next(ds[i] for i in range(len(ds)) if ds[i]["member"] == 1 and ds[i]["iint"] == 2)
+    core = ImplicitCore(tiny_config())
+    core.restore(ds.restore_record(sample))
+    core.params = dict(core.params, wind_factor=factor)
+    core.iend = 4
+    core.run_time_loop()
+    for name in state_fields():
+        assert torch.equal(core.state[name], sample["target"][name][0]), name
+
+
+def test_wind_is_refused_for_the_box(tmp_path, capsys):
+    config = tmp_path / "box.nml"
+    load_config(ROOT / "configs" / "box.nml").to_namelist().write(config)
+    assert main(["generate", str(config), "--days", "1", "--every", "1", "--perturb", "wind",
+                 "--output", str(tmp_path / "d")]) == 2
+    assert capsys.readouterr().err == ("pompy: --perturb wind: the box (iproblem=2) has no wind "
+                                       "stress to perturb; use --perturb ic\n")
+    assert not (tmp_path / "d").exists()
+
+
+def test_the_fortran_oracle_refuses_a_wind_factor(made, tmp_path, capsys):
+    """The oracle has no wind factor: its drivers refuse one rather than
+    ignore it (pompy run --core oracle: one line, exit 2)."""
+    from pompy.errors import ConfigError
+    from pompy.oracle.driver import OracleModel, new_state, run_steps, run_steps_implicit
+
+    config = dataclasses.replace(tiny_config(), wind_factor=1.1)
+    for scheme in ("explicit", "implicit"):
+        with pytest.raises(ConfigError, match=r"^wind_factor=1.1: the Fortran oracle has no wind"):
+            OracleModel(config, scheme=scheme)
+    state = new_state(tiny_config())
+    for run in (lambda: run_steps(state, config, 1, 2),
+                lambda: run_steps(state, config, 1, 2, scheme="implicit"),
+                lambda: run_steps_implicit(state, config, 1, 2)):
+        with pytest.raises(ConfigError, match="wind_factor"):
+            run()
+    config_path, _, _ = made
+    for core in (["--core", "oracle"], ["--core", "implicit", "--oracle"]):
+        assert main(["run", str(config_path), *core, "--set", "wind_factor=1.1",
+                     "--output", str(tmp_path / "run"), "--steps", "2"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pompy: wind_factor=1.1: the Fortran oracle") and err.count("\n") == 1

@@ -44,13 +44,14 @@ def depth_sum(a: Tensor, dz: Tensor, kend: int) -> Tensor:
 SurfaceForcingOut = outputs("SurfaceForcingOut", "wusurf wvsurf e_atmos vfluxf w wtsurf swrad wssurf")
 
 
-def surface_forcing(iproblem, ramp, tbias, sbias, dvm, t, s, tclim, sclim, wusurf, wvsurf,
-                    e_atmos, vfluxf, w, wtsurf, swrad, wssurf) -> SurfaceForcingOut:
+def surface_forcing(iproblem, ramp, wind_factor, tbias, sbias, dvm, t, s, tclim, sclim, wusurf,
+                    wvsurf, e_atmos, vfluxf, w, wtsurf, swrad, wssurf) -> SurfaceForcingOut:
     """pom2k's surface conditions of each internal step, at i=2..imm1,
     j=2..jmm1. Seamount (and file problems): an eastward-tapered wind
     stress ramp*1e-4*cos(pi*(j-1)/jmm1), no heat or freshwater flux. Box:
     no wind; its fixed e_atmos and vfluxf, the inflow at the basin's T, S.
-    w(1) is the surface flow vfluxf."""
+    w(1) is the surface flow vfluxf. wind_factor (pompy's, not pom2k's)
+    scales the stress: 1.0 leaves pom2k's to the bit (ramp*1.0 is ramp)."""
     im, jm = dvm.shape
     jmm1 = jm - 1
     rows = dict(i=(2, im - 1), j=(2, jmm1))
@@ -58,7 +59,7 @@ def surface_forcing(iproblem, ramp, tbias, sbias, dvm, t, s, tclim, sclim, wusur
     t1, s1 = t[:, :, 0], s[:, :, 0]
     if iproblem != 2:
         jj = torch.arange(jm, dtype=dvm.dtype, device=dvm.device)      # j-1
-        taper = (ramp * (1.e-4 * torch.cos(pi * jj / jmm1))).unsqueeze(0)
+        taper = (ramp * wind_factor * (1.e-4 * torch.cos(pi * jj / jmm1))).unsqueeze(0)
         corners = (yp(dvm) + yp(xm(dvm)) + xm(dvm) + dvm)
         wusurf = inside(taper * .25 * corners, wusurf, **rows)
         wvsurf, e_atmos, vfluxf = (inside(torch.zeros_like(a), a, **rows)

@@ -22,7 +22,7 @@ from pompy import variables
 from pompy.config import Config, parameters
 from pompy.core.model import first_non_finite
 from pompy.core import setup
-from pompy.errors import CFLViolation, NonFiniteState, NotConverged
+from pompy.errors import CFLViolation, ConfigError, NonFiniteState, NotConverged
 from pompy.oracle.adapter import Oracle
 
 SCHEMES = ("explicit", "implicit")
@@ -42,6 +42,15 @@ def _initialize(state: dict, params: dict) -> dict:
     return state
 
 
+def check_supported(config: Config) -> None:
+    """ConfigError for a parameter pompy's torch cores have and the Fortran
+    does not (it would be ignored): wind_factor other than 1."""
+    if config.wind_factor != 1.0:
+        raise ConfigError(f"wind_factor={config.wind_factor!r}: the Fortran oracle has no wind "
+                          "factor (pom2k's wind stress only); run a torch core, or set "
+                          "wind_factor = 1.0")
+
+
 def new_state(config: Config) -> dict[str, np.ndarray]:
     """pom2k's state after its set-up (iint = 0): every variable and work
     array of pompy.variables, Fortran-ordered, as the oracle set it up."""
@@ -57,6 +66,7 @@ def run_steps(state: dict, config: Config, iint_first: int, iint_last: int,
     with ``scheme="implicit"`` also NotConverged when the elevation solver
     misses cg_tol (see :func:`run_steps_implicit`).
     """
+    check_supported(config)
     if scheme == "implicit":
         return run_steps_implicit(state, config, iint_first, iint_last, time0)["iint_done"]
     if scheme != "explicit":
@@ -80,6 +90,7 @@ def run_steps_implicit(state: dict, config: Config, iint_first: int, iint_last: 
     vmaxl, else NotConverged when the solver missed cg_tol (not
     cg_residual <= cg_tol (1 + 1e-9), the torch core's slack; a NaN too).
     """
+    check_supported(config)
     params = dict(parameters(config), iint_first=iint_first, iint_last=iint_last, time0=time0)
     out = oracle().call("run_steps_implicit", state, params, inplace=True)
     iint = out["iint_done"]
@@ -110,6 +121,7 @@ class OracleModel:
     def __init__(self, config: Config, scheme: str = "explicit"):
         if scheme not in SCHEMES:
             raise ValueError(f"scheme={scheme!r}: one of {SCHEMES}")
+        check_supported(config)
         self.config = config
         self.scheme = scheme
         self.name = "oracle" if scheme == "explicit" else "oracle_implicit"
