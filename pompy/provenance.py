@@ -1,10 +1,12 @@
 """What a result was made with: the hash of the model's sources, and the
 verification certificates (``pompy verify``) the trainer requires.
 
-The source hash covers pompy's physics, autodiff and safety modules and
-the Fortran oracle's sources (:func:`physics_sources`): any edit to a
-core gives a new hash, so an edited core has no certificate until it is
-verified again. Datasets (``pompy generate``) and reports carry it too.
+The source hash covers pompy's physics, autodiff and safety modules, every
+other pompy module a core's code runs (the call binder, the Fortran math,
+the parameters, the variable table, the IC file reader, the oracle's
+Python side) and the Fortran oracle's sources (:func:`physics_sources`):
+any edit to a core gives a new hash, so an edited core has no certificate
+until it is verified again. Datasets (``pompy generate``) and reports carry it too.
 
 A certificate is a JSON file under ``$POMPY_HOME/certificates`` (default
 ``~/.cache/pompy``), named after its key: core, device type, dtype, torch
@@ -30,12 +32,22 @@ from pompy.oracle.build import SOURCE_DIR, pompy_home
 PACKAGE = Path(__file__).resolve().parent
 
 
+# pompy modules a core imports whose code does not decide a number: left out
+# of the hash (tests/test_verify.py checks that nothing else is)
+NOT_PHYSICS = ("pompy/__init__.py", "pompy/errors.py", "pompy/utils/__init__.py")
+
+
 def physics_sources() -> list[tuple[str, Path]]:
     """(name, file) of pompy's physics sources, sorted by name: pompy/core/**/*.py,
-    pompy/ops.py, pompy/utils/safety.py, pompy/autodiff/*.py and the Fortran
-    oracle's reference_fortran/*.f90 (named so wherever it is installed)."""
+    pompy/ops.py, pompy/utils/safety.py, pompy/autodiff/*.py, the modules
+    the cores run besides (calls, compat, config, variables, icfile, io,
+    oracle/*.py) and the Fortran oracle's reference_fortran/*.f90 (named so
+    wherever it is installed)."""
     files = [*PACKAGE.glob("core/**/*.py"), PACKAGE / "ops.py", PACKAGE / "utils" / "safety.py",
-             *PACKAGE.glob("autodiff/*.py")]
+             *PACKAGE.glob("autodiff/*.py"),
+             *(PACKAGE / f"{name}.py" for name in ("calls", "compat", "config", "variables",
+                                                    "icfile", "io")),
+             *PACKAGE.glob("oracle/*.py")]
     named = [(f"pompy/{f.relative_to(PACKAGE).as_posix()}", f) for f in files]
     named += [(f"reference_fortran/{f.name}", f) for f in SOURCE_DIR.glob("*.f90")]
     return sorted(named)

@@ -132,6 +132,24 @@ def test_an_edited_core_needs_a_new_certificate(home, monkeypatch):
                             "--dtype float64")
 
 
+def test_the_source_hash_covers_every_module_a_core_runs():
+    """Every pompy module that importing the two cores loads (in a fresh
+    interpreter) is hashed, but those that decide no number
+    (provenance.NOT_PHYSICS); an edit of one of them changes the hash."""
+    import subprocess
+    import sys
+    code = ("import sys, pompy.core.explicit, pompy.core.implicit; "
+            "print('\\n'.join(m.__file__ for n, m in sorted(sys.modules.items()) "
+            "if n == 'pompy' or n.startswith('pompy.')))")
+    files = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, timeout=120).stdout.split()
+    package = Path(provenance.__file__).resolve().parent
+    loaded = {f"pompy/{Path(f).resolve().relative_to(package).as_posix()}" for f in files}
+    hashed = {name for name, _ in provenance.physics_sources()}
+    assert {"pompy/calls.py", "pompy/compat.py", "pompy/config.py"} <= loaded
+    assert loaded - hashed == set(provenance.NOT_PHYSICS)
+
+
 def broken(fn, field: str, offset: float):
     """``fn`` with ``offset`` added to its output ``field`` (signature kept
     for pompy.calls, which binds by the routine's parameter names)."""
