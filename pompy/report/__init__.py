@@ -143,7 +143,7 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
     wall = time.perf_counter()
 
     def tell(step: int, total: int) -> None:
-        if progress and (step == total or step * 10 // total != (step - 1) * 10 // total):
+        if progress and step > 0 and (step == total or step * 10 // total != (step - 1) * 10 // total):
             print(f"pompy report: step {step} of {total}", file=sys.stderr, flush=True)
 
     res = run_side_by_side(config, runs, steps, output / "runs", found, tell)
