@@ -42,9 +42,11 @@ round-off of J over 2h takes over: J carries about 5e-12 of noise
 (1.5e-13 of it), whatever the solver's tolerance (the el sweep at cg_tol
 1e-14 instead of 1e-12 has the same floor: -2.5e-9 .. 5.5e-7 at h 0.1 ..
 0.01, 5.3e-3 at 1e-6), so the floor is 5e-12 / (2 h |g|). Checked on the
-plateau: t at h = 1e-4, 3e-5, 1e-5 (seeds 1..4: at most 7.8e-9 there; 1e-6
-at h = 3e-4 for seed 4, a profq kink, see test_gradient_vs_fortran),
-horcon at 3e-4, 1e-4, 3e-5 (seed 4: at most 1.9e-7), el at 0.3, 0.1.
+plateau: t at h = 1e-4, 3e-5, 1e-5 (seeds 1..4: at most 7.8e-9 there; seed
+4 has 1.0e-6 at h = 3e-4, off the h**2 line: a branch crossed, as the
+explicit core's surface length scale in test_gradient_vs_fortran, not
+traced here), horcon at 3e-4, 1e-4, 3e-5 (seed 4: at most 1.9e-7), el at
+0.3, 0.1.
 
 The elevation is the weak direction: J responds to a 1 cm elevation with
 |g| = 2.5e-5 .. 2.7e-4 (seeds 2..6), against 0.7 .. 17 per degC of t: the
