@@ -45,7 +45,7 @@ round-off of J over 2h takes over: J carries about 5e-12 of noise
 plateau: t at h = 1e-4, 3e-5, 1e-5 (seeds 1..4: at most 7.8e-9 there; seed
 4 has 1.0e-6 at h = 3e-4, off the h**2 line: a branch crossed, as the
 explicit core's surface length scale in test_gradient_vs_fortran, not
-traced here), horcon at 3e-4, 1e-4, 3e-5 (seed 4: at most 1.9e-7), el at
+traced here), horcon at 3e-4, 1e-4, 3e-5 (seeds 4..6: at most 2.2e-7), el at
 0.3, 0.1.
 
 The elevation is the weak direction: J responds to a 1 cm elevation with
