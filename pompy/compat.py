@@ -16,7 +16,8 @@ tests/test_explicit_core.py).
 Inside ``with fortran_math():`` the torch core takes these function values
 from the oracle's compiled module, computed in the same loop nests as
 pom2k's (reference_fortran/compat.f90), and then reproduces the oracle and
-golden pom2k to the last bit. It runs on the CPU in float64 only, needs the
+golden pom2k to the last bit (the implicit core's elevation solve takes the
+reference CG there, the algorithm of its Fortran twin's cg_solve). It runs on the CPU in float64 only, needs the
 oracle built (gfortran), and is not differentiable: it is for regression
 runs against Fortran, not for training. Outside it (the default) the torch
 functions are used and nothing here touches the oracle.
@@ -47,11 +48,16 @@ def fortran_math():
         _FORTRAN_MATH.reset(token)
 
 
+def in_force() -> bool:
+    """Whether the caller runs inside fortran_math()."""
+    return _FORTRAN_MATH.get()
+
+
 def _pom2k(name: str, values: tuple[Tensor, ...], inputs: tuple[Tensor, ...] = (),
            **scalars) -> tuple[Tensor, ...]:
     """``values`` (torch's), or inside fortran_math() the values the oracle
     routine ``name`` computes from ``inputs``, written over copies of them."""
-    if not _FORTRAN_MATH.get():
+    if not in_force():
         return values
     for t in (*inputs, *values):
         if t.dtype != torch.float64 or t.device.type != "cpu" or t.requires_grad:

@@ -18,11 +18,12 @@ from torch.autograd import forward_ad
 
 from pompy import variables
 from pompy.config import load_config
+from pompy.core import setup
 from pompy.core.external import cg
 from pompy.core.stepping import ROUTINES
 from pompy.core.external import implicit as scheme
 from pompy.core.implicit import ImplicitCore
-from pompy.errors import NotConverged
+from pompy.errors import ConfigError, NotConverged
 from test_gradcheck import (CORE_OUT, CORE_WRT, check_gradients, core_objective, guards_watched,
                             section_forward, state_of)
 
@@ -259,9 +260,13 @@ def test_two_whole_implicit_steps_gradcheck():
 # ------------------------------------------------------------------ the run
 
 def test_a_step_far_past_the_external_cfl_limit_runs():
-    """dti = 600 s (dte 20, isplit 30): 80 times the 8x7x5 seamount's
-    external limit of 7.2 s per pass; the internal limit holds."""
-    core = developed(seamount(dte=20.0, isplit=30), steps=20)
+    """dti = 570 s (dte 19, isplit 30): 79 times the 8x7x5 seamount's
+    external limit of 7.2 s per pass, inside its internal limit (595 s)."""
+    config = seamount(dte=19.0, isplit=30)
+    setup.check_internal_cfl(config)
+    with pytest.raises(ConfigError, match="external CFL limit"):
+        setup.check_external_cfl(config)
+    core = developed(config, steps=20)
     assert core.vamax < 1.0 and torch.isfinite(core.el).all()
 
 
@@ -285,3 +290,66 @@ def test_generation_day_is_a_normal_run_bit_for_bit():
         reference = developed(steps=4)
     for name in ("el", "u", "t", "q2"):
         assert torch.equal(records[-1][name], reference.state[name]), name
+
+
+# ------------------------------------------------------------ the internal CFL limit
+
+def test_first_mode_speed_is_the_discrete_and_the_continuous_one():
+    """Uniform N in L equal layers of a column H deep: the discrete first
+    mode's speed is exactly N dz / (2 sin(pi / 2L)) (the second difference's
+    smallest eigenvalue), which tends to N H / pi."""
+    n2, depth = 1e-5, 4000.0
+    for layers in (4, 20, 200):
+        dz = depth / layers
+        c1 = setup.first_mode_speed(np.full((1, layers - 1), n2), np.full((1, layers - 1), dz),
+                                    np.full((1, layers), dz))[0]
+        exact = np.sqrt(n2) * dz / (2 * np.sin(np.pi / (2 * layers)))
+        assert abs(c1 - exact) <= 1e-12 * exact, layers
+    assert abs(c1 - np.sqrt(n2) * depth / np.pi) <= 1e-4 * c1      # 200 layers: 2.1e-5
+    # unstable or neutral layers carry no wave
+    assert setup.first_mode_speed(-np.ones((1, 5)), np.ones((1, 5)), np.ones((1, 6)))[0] == 0.0
+
+
+def test_internal_wave_speed_of_the_seamount_agrees_with_n2_from_derivatives():
+    """c1 from N**2 = -grav (drho/dT dT/dz + drho/dS dS/dz) (autograd of dens at
+    the t levels, averaged to the w levels): the same speed within 2e-4
+    (measured 9.0e-5 relative at most on the 65x49x21 seamount; 3.2 m/s in
+    deep water, 0.76 m/s on the seamount's top)."""
+    from pompy.config import parameters
+    from pompy.core.density import dens
+
+    config = load_config(CONFIGS / "seamount.nml")
+    state = setup.set_up(config)
+    c1 = setup.internal_wave_speed(config, state)
+    p, kb = parameters(config), config.kb
+    t, s = state["t"].clone().requires_grad_(), state["s"].clone().requires_grad_()
+    rho = dens(p["grav"], p["rhoref"], p["tbias"], p["sbias"], state["zz"], state["h"],
+               state["fsm"], s, t, state["rho"]).rhoo
+    rho_t, rho_s = (g.numpy() for g in torch.autograd.grad(rho.sum(), [t, s]))
+    mid = lambda a: .5 * (a[:, :, :kb - 2] + a[:, :, 1:kb - 1])      # noqa: E731
+    up_minus_down = lambda a: a[:, :, :kb - 2] - a[:, :, 1:kb - 1]   # noqa: E731
+    h = state["h"].numpy()[:, :, None]
+    gap = h * state["dzz"].numpy()[:kb - 2]
+    n2 = -p["grav"] * (mid(rho_t) * up_minus_down(t.detach().numpy())
+                       + mid(rho_s) * up_minus_down(s.detach().numpy())) / gap
+    wet = state["fsm"].numpy() > 0
+    want = setup.first_mode_speed(n2[wet], gap[wet], (h * state["dz"].numpy()[:kb - 1])[wet])
+    assert (np.abs(c1[wet] - want) / want).max() <= 2e-4
+    assert 3.1 < c1.max() < 3.3 and (c1[~wet] == 0).all()
+
+
+def test_the_internal_cfl_check_reads_the_stratification():
+    """The 65x49x21 seamount: c1 = 3.14 m/s where the limit is smallest,
+    limit 407 s; pom2k's own split-explicit core and the implicit core both
+    blow up at dti = 540 and 600 s (validation/implicit_core.py --only
+    limit). With t and s held (mode 4) no internal wave runs and 600 s
+    passes; the box (uniform t, s) has none either."""
+    config = load_config(CONFIGS / "seamount.nml")
+    state = setup.set_up(config)
+    setup.check_internal_cfl(dataclasses.replace(config, dte=13.0, isplit=30), state)   # 390 s
+    with pytest.raises(ConfigError, match=r"^dti=420.0 s breaks the internal CFL limit: dti must be "
+                                          r"< 407.276 s, .* at \(i=23, j=24\) .* c1=3.14 m/s"):
+        setup.check_internal_cfl(dataclasses.replace(config, dte=14.0, isplit=30), state)
+    setup.check_internal_cfl(dataclasses.replace(config, dte=20.0, isplit=30, mode=4), state)
+    box = load_config(CONFIGS / "box.nml")
+    assert (setup.internal_wave_speed(box, setup.set_up(box)) == 0).all()

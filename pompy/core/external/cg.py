@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 from torch.autograd import forward_ad
 
+from pompy import compat
 from pompy.ops import xm, xp, ym, yp
 
 
@@ -186,8 +187,10 @@ def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
 def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
     """The reference CG whenever a derivative can flow through the solve
     (the seed's pitfall 3: the accelerated solver's host reads and early
-    exit would cut or falsify it), the accelerated PCG otherwise."""
-    if _differentiated((a.diag, a.cx, a.cy, b)):
+    exit would cut or falsify it) and inside pompy.compat.fortran_math()
+    (bit for bit with the Fortran twin, whose cg_solve is the reference's
+    algorithm), the accelerated PCG otherwise."""
+    if _differentiated((a.diag, a.cx, a.cy, b)) or compat.in_force():
         return solve(a, b, tol, maxiter)
     x, res, _ = pcg(a, b, tol, maxiter)
     return x, res
