@@ -68,8 +68,10 @@ def maps(res: Results, label: str, reference: str, config) -> bytes:
     surface u and v, the t section, at the last step."""
     got, want = (_map_fields(res.last[n], config) for n in (label, reference))
     names = list(got)
-    fig, axes = plt.subplots(3, len(names), figsize=(4.2 * len(names), 10), squeeze=False,
-                             layout="constrained")
+    # a fixed layout: matplotlib's constrained layout took most of the time
+    fig, axes = plt.subplots(3, len(names), figsize=(4.4 * len(names), 10.5), squeeze=False,
+                             gridspec_kw=dict(left=0.05, right=0.97, bottom=0.05, top=0.93,
+                                              wspace=0.45, hspace=0.5))
     for col, name in enumerate(names):
         a, units, title = got[name]
         b = want[name][0]
@@ -99,7 +101,8 @@ def error_growth(res: Results, labels: list[str]) -> bytes:
     step, one panel per run (torch's functions, then pom2k's), log scale,
     with the bars; zero sits on the floor line."""
     fig, axes = plt.subplots(1, len(labels), figsize=(7.5 * len(labels), 5.2), squeeze=False,
-                             sharey=True, layout="constrained")
+                             sharey=True, gridspec_kw=dict(left=0.06, right=0.86, bottom=0.1,
+                                                           top=0.93, wspace=0.08))
     colours = plt.get_cmap("tab20")
     for ax, label in zip(axes[0], labels):
         run = next(r for r in res.runs if r.label == label)
@@ -137,7 +140,9 @@ CONSERVATION = (("vtot", "volume vtot (m3)"), ("taver", "mean temperature taver 
 def conservation(res: Results) -> bytes:
     """pom2k's printall figures and the kinetic energy against the step,
     every run, as the change since the first sampled step."""
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5), layout="constrained")
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5),
+                             gridspec_kw=dict(left=0.08, right=0.98, bottom=0.07, top=0.93,
+                                              wspace=0.28, hspace=0.4))
     styles = ["-", "--", ":", "-."]
     for ax, (key, title) in zip(axes.flat, CONSERVATION):
         for n, r in enumerate(res.runs):
@@ -156,7 +161,8 @@ def conservation(res: Results) -> bytes:
 def timing(res: Results, per_step: dict[str, float], ratios: dict[str, float]) -> bytes:
     """Seconds per step of each run, with its ratio to its oracle."""
     labels = [r.label for r in res.runs]
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.2))
+    fig.subplots_adjust(left=0.25, right=0.97, bottom=0.8 / (0.5 * len(labels) + 1.2), top=0.95)
     values = [per_step[n] for n in labels]
     ax.barh(labels, values, color=plt.get_cmap("viridis")(np.linspace(0.15, 0.85, len(labels))))
     for y, n in enumerate(labels):
