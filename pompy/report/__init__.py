@@ -147,7 +147,7 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
             print(f"pompy report: step {step} of {total}", file=sys.stderr, flush=True)
 
     res = run_side_by_side(config, runs, steps, output / "runs", found, tell)
-    checks = checks_.checks(res, steps)
+    checks = checks_.checks(res, steps, config.rhoref)
     body = {
         "command": command,
         "config": {"file": config_file, "title": config.title, "im": config.im, "jm": config.jm,

@@ -43,6 +43,14 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+def _resting(check: dict) -> str:
+    rest = check.get("at_rest") or {}
+    if not rest:
+        return ""
+    return ("; at rest over the run, compared absolutely (max_abs <= floor): "
+            + ", ".join(f"{n} {v['max_abs']:.2g} <= {v['floor']:g}" for n, v in rest.items()))
+
+
 def _verdict(passed) -> str:
     return "info" if passed is None else "pass" if passed else "fail"
 
@@ -65,7 +73,8 @@ def render(body: dict, figures: dict[str, bytes]) -> str:
     parts.append("<h2>checks</h2>" + _table(
         ["name", "steps", "tolerance", "figure", "worst_field", "worst_step", "verdict", "why"],
         [[c["name"], c["steps"], "none" if c["tolerance"] is None else c["tolerance"], c["figure"],
-          c["worst_field"], c["worst_step"], _verdict(c["passed"]), c["why"]] for c in checks],
+          c["worst_field"], c["worst_step"], _verdict(c["passed"]), c["why"] + _resting(c)]
+         for c in checks],
         [_verdict(c["passed"]) for c in checks]))
     torch_runs = list(body["max_differences"])
     fields = list(next(iter(body["max_differences"].values()))) if torch_runs else []
