@@ -34,6 +34,10 @@ def shift(a: torch.Tensor, dim: int, offset: int) -> torch.Tensor:
     n = a.size(dim)
     if offset == 0 or n == 1:
         return a
+    if offset == 1:             # the neighbours: the edge slab is one slab, no expand
+        return torch.cat([a.narrow(dim, 1, n - 1), a.narrow(dim, n - 1, 1)], dim)
+    if offset == -1:
+        return torch.cat([a.narrow(dim, 0, 1), a.narrow(dim, 0, n - 1)], dim)
     if abs(offset) >= n:
         raise ValueError(f"shift by {offset} along a dimension of size {n}")
     if offset > 0:
@@ -83,6 +87,37 @@ def _range_mask(size: int, bounds, device) -> torch.Tensor:
     return (idx >= lo) & (idx <= hi)
 
 
+def _build_mask(ndim: int, ranges: tuple, device) -> torch.Tensor:
+    """The boolean mask of ``ranges`` ((dim, size, bounds), ...), broadcastable
+    against an ``ndim``-dimensional array."""
+    mask = None
+    for dim, size, bounds in ranges:
+        shape = [1] * ndim
+        shape[dim] = -1
+        m = _range_mask(size, bounds, device).view(shape)
+        mask = m if mask is None else mask & m
+    return mask
+
+
+# Masks by (device, ndim, ranges): constants (bool, no autograd history),
+# built once outside inference mode so a gradient pass may save them. Never
+# filled while torch.compile traces or a dispatch mode (fake tensors, make_fx)
+# is active: there a mask is built afresh, as a traced graph needs.
+_MASKS: dict = {}
+
+
+def _mask(ndim: int, ranges: tuple, device) -> torch.Tensor:
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 \
+            or not all(type(x) is int for _, _, bounds in ranges for x in bounds):
+        return _build_mask(ndim, ranges, device)
+    key = (device, ndim, ranges)
+    mask = _MASKS.get(key)
+    if mask is None:
+        with torch.inference_mode(False):
+            mask = _MASKS[key] = _build_mask(ndim, ranges, device)
+    return mask
+
+
 def inside(value: torch.Tensor, rest: torch.Tensor | float = 0.0, *,
            i=None, j=None, k=None) -> torch.Tensor:
     """``value`` inside the inclusive 1-based Fortran ranges, ``rest`` outside.
@@ -91,18 +126,15 @@ def inside(value: torch.Tensor, rest: torch.Tensor | float = 0.0, *,
     ``do k=1,kbm1; do i=2,imm1: a(i,j,k) = v`` applied to ``old``; a range
     left out (None) spans the whole dimension. Returns a new tensor.
     """
-    mask = None
-    for dim, bounds in ((X, i), (Y, j), (Z, k)):
-        if bounds is None:
-            continue
-        m = _range_mask(value.size(dim), bounds, value.device)
-        shape = [1] * value.dim()
-        shape[dim] = -1
-        m = m.view(shape)
-        mask = m if mask is None else mask & m
-    if mask is None:
+    ranges = tuple((dim, value.size(dim), tuple(bounds))
+                   for dim, bounds in ((X, i), (Y, j), (Z, k)) if bounds is not None)
+    if not ranges:
         return value.clone()
-    rest = torch.as_tensor(rest, dtype=value.dtype, device=value.device)
+    mask = _mask(value.dim(), ranges, value.device)
+    if isinstance(rest, (int, float)) and value.is_floating_point():
+        return torch.where(mask, value, rest)        # the number in value's dtype
+    if not (torch.is_tensor(rest) and rest.dtype == value.dtype and rest.device == value.device):
+        rest = torch.as_tensor(rest, dtype=value.dtype, device=value.device)
     return torch.where(mask, value, rest)
 
 
@@ -110,7 +142,7 @@ def above_kb(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     """``value`` at k = 1..kbm1 of the last dimension (the k of a (j, k) or
     (i, k) boundary array, or of an (i, j, k) field), ``old`` at k = kb."""
     kb = old.size(-1)
-    return torch.where(torch.arange(kb, device=old.device) < kb - 1, value, old)
+    return torch.where(_mask(1, ((0, kb, (1, kb - 1)),), old.device), value, old)
 
 
 def between(value: torch.Tensor, old: torch.Tensor, lo: int, hi: int) -> torch.Tensor:

@@ -2,32 +2,83 @@
 
     python3 validation/benchmark.py                       # 65x49x21 and 256x256x31
     python3 validation/benchmark.py --grids 65x49x21 --steps 10 --no-compile
-    python3 validation/benchmark.py --device cuda
+    python3 validation/benchmark.py --device cuda --grids 256x256x31,360x240x25
 
 In one process and on the same seamount set-up (mode 3, nadv 1, dte 6 s,
 isplit 30), each model first takes two steps (pom2k's first step skips the
 internal mode; torch.compile compiles then), then the timed steps. The
 oracle is the Fortran driver (run_steps) built -O3, single-threaded; torch
-uses torch.get_num_threads() CPU threads (or the GPU). The table gives ms
-per internal step and the ratio to the oracle; compile times are reported
-apart. Results go to stdout as a Markdown table.
+uses torch.get_num_threads() CPU threads (--threads) or the GPU. The
+machine's load average (1 min) is printed with each measurement: on a
+shared machine compare ratios measured in one process, back to back.
+
+Four Markdown tables go to stdout:
+
+- ms per internal step, the ratio to the oracle, the warm-up (compilation);
+- the same step by phase (ms per step), timed over ``--steps`` more steps
+  by wrapping the core's routine table and its external mode (the physics
+  untouched): surface forcing; the 3-D terms of the 2-D mode (advct,
+  baropg, smagorinsky, vertical_averages); the external passes (isplit
+  external steps with their bcond and advave); vertvl with bcond(5);
+  turbulence (advq, profq, bcond(6)); tracers (advt1/advt2, proft,
+  bcond(4), dens); momentum (advu, advv, profu, profv, bcond(3)); the rest
+  of internal_step (velocity adjustment, Asselin filters); the finiteness
+  check (a host read); the rest of the step (end_of_step, loop glue). On a
+  GPU every phase boundary synchronises, so phases add up to more than the
+  unhooked step;
+- I/O: one output record (numpy_state and OutputWriter.write, compressed)
+  and what it costs per step at the config's record interval;
+- torch calls per step of the eager rows: every torch function, tensor
+  method, operator and tensor property the step calls (a
+  TorchFunctionMode), and the ATen operators the dispatcher runs for them
+  (torch.profiler, nested operators included).
+
+With ``--device cuda`` the float64 GPU state after the timed steps is also
+compared with a CPU run of the same steps (largest difference of a
+prognostic field relative to its largest magnitude).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import functools
+import os
 import platform
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
+import pompy.core.model as model_module
+from pompy import variables
 from pompy.config import load_config
+from pompy.core import stepping
 from pompy.core.explicit import ExplicitCore
+from pompy.driver import record_steps
+from pompy.io import OutputWriter
 from pompy.oracle.driver import new_state, run_steps
 
 CONFIG = Path(__file__).parents[1] / "configs" / "seamount.nml"
 WARMUP = 2
+
+# phases of a step: the routines of the time loop by pom2k name (bcond by its idx)
+FORCING, TERMS, EXTERNAL, VERTVL = "forcing", "3-D terms", "external passes", "vertvl"
+TURBULENCE, TRACERS, MOMENTUM = "turbulence", "tracers", "momentum"
+INTERNAL, CHECK, REST = "internal rest", "finite check", "rest"
+PHASES = (FORCING, TERMS, EXTERNAL, VERTVL, TURBULENCE, TRACERS, MOMENTUM, INTERNAL, CHECK, REST)
+ROUTINE_PHASE = {
+    "surface_forcing": FORCING,
+    "advct": TERMS, "baropg": TERMS, "smagorinsky": TERMS, "vertical_averages": TERMS,
+    "vertvl": VERTVL,
+    "advq": TURBULENCE, "profq": TURBULENCE,
+    "advt1": TRACERS, "advt2": TRACERS, "proft": TRACERS, "dens": TRACERS,
+    "advu": MOMENTUM, "advv": MOMENTUM, "profu": MOMENTUM, "profv": MOMENTUM,
+}
+BCOND_PHASE = {1: EXTERNAL, 2: EXTERNAL, 3: MOMENTUM, 4: TRACERS, 5: VERTVL, 6: TURBULENCE}
 
 
 def grid_config(spec: str):
@@ -40,6 +91,30 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def refuse(message: str) -> None:
+    """A bad option: one line, exit 2."""
+    print(f"pompy: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this torch cannot run on."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as exc:
+        refuse(f"--device {device}: {exc}")
+    if kind not in ("cpu", "cuda"):
+        refuse(f"--device {device}: cpu or cuda")
+    if kind == "cuda" and not torch.cuda.is_available():
+        why = ("this torch is built without CUDA" if torch.version.cuda is None
+               else "no CUDA device is visible")
+        refuse(f"--device {device}: {why} (torch {torch.__version__}); run with --device cpu")
+
+
 def time_oracle(config, steps: int) -> float:
     state = new_state(config)
     run_steps(state, config, 1, WARMUP)
@@ -48,47 +123,199 @@ def time_oracle(config, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def time_torch(config, steps: int, dtype, device: str, compile: bool) -> tuple[float, float]:
-    """(seconds per step, seconds of warm-up including any compilation)."""
+def new_core(config, dtype, device: str, compile: bool):
+    """A core after its warm-up steps, and the warm-up's seconds."""
     core = ExplicitCore(config, device=device, dtype=dtype, compile=compile)
     core.run_initialization()
     start = time.perf_counter()
+    run(core, WARMUP, device)
+    return core, time.perf_counter() - start
+
+
+def run(core, steps: int, device: str) -> float:
+    """Seconds per step of ``steps`` more steps (no gradients)."""
     with torch.no_grad():
-        core.iend = WARMUP
-        core.run_time_loop()
+        core.iend = core.iint + steps
         sync(device)
-        warm = time.perf_counter() - start
-        core.iend = WARMUP + steps
         start = time.perf_counter()
         core.run_time_loop()
         sync(device)
-    return (time.perf_counter() - start) / steps, warm
+    return (time.perf_counter() - start) / steps
+
+
+class PhaseClock:
+    """Exclusive time by phase: a phase entered inside another pauses it,
+    except inside a leaf phase (the external passes), which owns its calls."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.seconds: collections.Counter = collections.Counter()
+        self.stack: list[list] = []
+
+    def _now(self) -> float:
+        sync(self.device)
+        return time.perf_counter()
+
+    def timed(self, fn, phase, leaf: bool = True):
+        """fn, its time counted in ``phase`` (a label, or a function of the
+        call's keyword arguments giving one)."""
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if self.stack and self.stack[-1][2]:
+                return fn(*args, **kwargs)
+            label = phase(kwargs) if callable(phase) else phase
+            now = self._now()
+            if self.stack:
+                self.seconds[self.stack[-1][0]] += now - self.stack[-1][1]
+            self.stack.append([label, now, leaf])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                now = self._now()
+                self.seconds[label] += now - self.stack.pop()[1]
+                if self.stack:
+                    self.stack[-1][1] = now
+        return wrapper
+
+
+def routine_phase(name: str):
+    if name == "bcond":
+        return lambda kwargs: BCOND_PHASE[kwargs["idx"]]
+    return ROUTINE_PHASE.get(name, REST)
+
+
+def phase_times(core, steps: int, device: str) -> dict[str, float]:
+    """ms per step by phase over ``steps`` more steps, hooks removed after."""
+    clock = PhaseClock(device)
+    routines, external = core.routines, core.external.external_mode
+    internal, finite = stepping.internal_step, model_module.all_finite
+    core.routines = {name: clock.timed(fn, routine_phase(name)) for name, fn in routines.items()}
+    core.external.external_mode = clock.timed(external, EXTERNAL)
+    stepping.internal_step = clock.timed(internal, INTERNAL, leaf=False)
+    model_module.all_finite = clock.timed(finite, CHECK)
+    try:
+        per_step = run(core, steps, device)
+    finally:
+        core.routines = routines
+        del core.external.external_mode
+        stepping.internal_step, model_module.all_finite = internal, finite
+    ms = {phase: clock.seconds[phase] / steps * 1e3 for phase in PHASES if phase != REST}
+    ms[REST] = per_step * 1e3 - sum(ms.values())
+    ms["step"] = per_step * 1e3
+    return ms
+
+
+class CallCount(TorchFunctionMode):
+    """Every torch function, method, operator and property called."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_calls(core, device: str) -> tuple[int, int]:
+    """(torch calls, ATen operators) of one more step."""
+    counter = CallCount()
+    with counter:
+        run(core, 1, device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run(core, 1, device)
+    aten = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
+    return counter.calls, aten
+
+
+def output_record_ms(core, records: int = 3) -> float:
+    """ms to copy the state to the host and write one compressed output record."""
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = OutputWriter(Path(tmp) / "benchmark.nc", core.config, core.numpy_state())
+        try:
+            start = time.perf_counter()
+            for n in range(records):
+                writer.write(core.numpy_state(), core.iint, float(n))
+            return (time.perf_counter() - start) / records * 1e3
+        finally:
+            writer.close()
+
+
+def cuda_vs_cpu(core, config) -> float:
+    """The largest difference between ``core``'s prognostic fields and a
+    float64 CPU run of the same steps, relative to each field's largest
+    magnitude."""
+    cpu = ExplicitCore(config, dtype=torch.float64)
+    cpu.run_initialization()
+    run(cpu, core.iint, "cpu")
+    worst = 0.0
+    for name in variables.names("prognostic"):
+        want, got = cpu.state[name], core.state[name].to("cpu", torch.float64)
+        scale = want.abs().max().item()
+        worst = max(worst, (got - want).abs().max().item() / (scale if scale > 0 else 1.0))
+    return worst
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grids", default="65x49x21,256x256x31", help="IMxJMxKB, comma separated")
     parser.add_argument("--steps", type=int, default=5, help="timed internal steps per model")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     args = parser.parse_args(argv)
+    check_device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch "
-          f"threads, torch {torch.__version__}"
-          + (f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""))
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
+          + (f", {torch.cuda.get_device_name(args.device)}" if args.device.startswith("cuda")
+             else ""))
     print()
-    print("| grid | model | ms / internal step | torch / oracle | warm-up (s) |")
-    print("|---|---|---|---|---|")
+    print("| grid | model | ms / internal step | torch / oracle | warm-up (s) | load avg |")
+    print("|---|---|---|---|---|---|")
+    phases, calls, io, parity = [], [], [], []
     for spec in args.grids.split(","):
         config = grid_config(spec)
         oracle = time_oracle(config, args.steps)
-        print(f"| {spec} | oracle (Fortran -O3, 1 thread) | {oracle * 1e3:.1f} | 1 | |", flush=True)
+        print(f"| {spec} | oracle (Fortran -O3, 1 thread) | {oracle * 1e3:.1f} | 1 | | {load()} |",
+              flush=True)
         for dtype in (torch.float64, torch.float32):
             for compile in (False, True) if not args.no_compile else (False,):
-                per_step, warm = time_torch(config, args.steps, dtype, args.device, compile)
                 label = f"torch {str(dtype)[6:]} {args.device}" + (" compiled" if compile else "")
+                core, warm = new_core(config, dtype, args.device, compile)
+                per_step = run(core, args.steps, args.device)
                 print(f"| {spec} | {label} | {per_step * 1e3:.1f} | {per_step / oracle:.2f} | "
-                      f"{warm:.1f} |", flush=True)
+                      f"{warm:.1f} | {load()} |", flush=True)
+                phases.append((spec, label, phase_times(core, args.steps, args.device), load()))
+                if not compile:
+                    calls.append((spec, label, *count_calls(core, args.device)))
+                if dtype == torch.float64 and not compile:
+                    every = len(record_steps(config, 1, 1000)) / 1000
+                    io.append((spec, label, output_record_ms(core), every))
+                    if args.device != "cpu":
+                        parity.append((spec, label, core.iint, cuda_vs_cpu(core, config)))
+
+    print()
+    print("| grid | model | " + " | ".join(PHASES) + " | step | load avg |")
+    print("|---|---|" + "---|" * (len(PHASES) + 2))
+    for spec, label, ms, avg in phases:
+        print(f"| {spec} | {label} | " + " | ".join(f"{ms[p]:.1f}" for p in PHASES)
+              + f" | {ms['step']:.1f} | {avg} |")
+    print()
+    print("| grid | model | output record (ms) | records / step | I/O ms / step |")
+    print("|---|---|---|---|---|")
+    for spec, label, ms, every in io:
+        print(f"| {spec} | {label} | {ms:.1f} | {every:.3f} | {ms * every:.1f} |")
+    print()
+    print("| grid | model | torch calls / step | ATen operators / step |")
+    print("|---|---|---|---|")
+    for spec, label, torch_calls, aten in calls:
+        print(f"| {spec} | {label} | {torch_calls} | {aten} |")
+    for spec, label, steps, worst in parity:
+        print(f"\n{spec} {label}: after {steps} steps, the largest prognostic difference from "
+              f"float64 CPU is {worst:.2e} of the field's largest magnitude")
 
 
 if __name__ == "__main__":
