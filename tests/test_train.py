@@ -567,6 +567,23 @@ def test_torchrun_two_processes_rank_zero_writes_the_log(made, home, tmp_path):
     json.dumps(rows)
 
 
+def test_torchrun_every_rank_refuses_without_a_certificate(made, tmp_path, monkeypatch):
+    """Each rank checks the certificate before joining the group: both say
+    why and exit 2 (nothing waits for a rank that is gone); no output."""
+    monkeypatch.setenv("POMPY_HOME", str(tmp_path / "empty"))
+    config = train_config(made, tmp_path, batch_size=1)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy.train",
+         "--config", str(config), "--data", str(made[2]), "--output", str(tmp_path / "out")],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert output.count("pompy: no verification certificate for the implicit core") == 2, output
+    assert "exitcode  : 2" in output, output
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_shipped_training_configs():
     """Their pom2k part loads (&train aside), their options resolve, and each
     one's physics step is its dti, as the trainer requires."""
