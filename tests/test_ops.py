@@ -135,3 +135,245 @@ def test_over_rounds_once():
     g = torch.Generator().manual_seed(2)
     x = torch.rand(100000, generator=g, dtype=torch.float64) + 0.5
     assert np.array_equal(ops.over(19.230, x).numpy(), 19.230 / x.numpy())
+
+
+# ---------------------------------------------------------------- bit for bit
+# The helpers against numpy slicing written from pom2k's inclusive 1-based
+# ranges (a(lo:hi) is x[lo-1:hi]), compared bit for bit: the values, -0.0,
+# inf and NaN as they are, the dtype, and the gradients autograd sends back.
+
+def _bits(x) -> np.ndarray:
+    x = np.asarray(x.detach().numpy() if torch.is_tensor(x) else x)
+    return x.view(f"i{x.itemsize}")
+
+
+def _same_bits(got, want) -> bool:
+    return got.dtype == want.dtype and got.shape == want.shape \
+        and np.array_equal(_bits(got), _bits(want))
+
+
+def _special(shape, dtype, seed):
+    """Random values with -0.0, +0.0, inf, -inf and NaN at random points,
+    the edges included."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    flat = x.view(-1)
+    picks = torch.randperm(flat.numel(), generator=g)[:max(5, flat.numel() // 4)]
+    for n, p in enumerate(picks):
+        flat[p] = (-0.0, 0.0, float("inf"), float("-inf"), float("nan"))[n % 5]
+    flat[0], flat[-1] = -0.0, float("nan")
+    return x.to(dtype)
+
+
+# bounds as pom2k's loops write them on a 6 x 5 x 4 grid (im, jm, kb)
+RANGES = [dict(i=(2, 6)), dict(i=(2, 5)), dict(j=(2, 5)), dict(j=(2, 4), i=(2, 5)),
+          dict(i=(2, 5), j=(2, 4), k=(1, 3)), dict(k=(1, 3)), dict(k=(2, 3)), dict(k=(2, 4)),
+          dict(i=(3, 5), j=(3, 4)), dict(i=(1, 6), j=(1, 5), k=(1, 4)), dict(i=(4, 3))]
+
+
+def _inside_by_slicing(value, rest, i=None, j=None, k=None):
+    out = np.array(np.broadcast_to(rest, value.shape), dtype=value.dtype)
+    index = tuple(slice(None) if b is None else slice(b[0] - 1, b[1]) for b in (i, j, k))
+    out[index[:value.ndim]] = value[index[:value.ndim]]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("bounds", RANGES, ids=str)
+def test_inside_bit_for_bit_against_slicing(bounds, dtype):
+    shape = (6, 5, 4) if "k" in bounds else (6, 5)
+    value, old = _special(shape, dtype, 1), _special(shape, dtype, 2)
+    for _ in range(2):                                   # a built mask, then the cached one
+        got = ops.inside(value, old, **bounds)
+        assert _same_bits(got.numpy(), _inside_by_slicing(value.numpy(), old.numpy(), **bounds))
+    for rest in (0.0, -0.0, 0.1, 7):                     # a number, in value's dtype
+        want = _inside_by_slicing(value.numpy(), np.asarray(rest, dtype=value.numpy().dtype),
+                                  **bounds)
+        assert _same_bits(ops.inside(value, rest, **bounds).numpy(), want)
+    # a rest of another dtype is converted to value's, as before
+    want = _inside_by_slicing(value.numpy(), old.double().to(dtype).numpy(), **bounds)
+    assert _same_bits(ops.inside(value, old.double(), **bounds).numpy(), want)
+
+
+def test_inside_masks_are_per_size_and_bounds():
+    """One bound on arrays of several sizes and several bounds on one size:
+    each call gets its own range (the cache's key)."""
+    for im in (4, 5, 6, 7):
+        for hi in range(2, im + 1):
+            value, old = torch.ones(im, 3, dtype=torch.float64), torch.zeros(im, 3, dtype=torch.float64)
+            want = _inside_by_slicing(value.numpy(), old.numpy(), i=(2, hi))
+            assert _same_bits(ops.inside(value, old, i=(2, hi)).numpy(), want)
+            want = _inside_by_slicing(value.numpy(), old.numpy(), j=(2, 3))
+            assert _same_bits(ops.inside(value, old, j=(2, 3)).numpy(), want)
+
+
+@pytest.mark.parametrize("bounds", RANGES, ids=str)
+def test_inside_gradients_bit_for_bit(bounds):
+    """d/dvalue is the incoming gradient inside the ranges and +0 outside,
+    d/drest the reverse; -0.0 and NaN in it pass through unchanged."""
+    shape = (6, 5, 4) if "k" in bounds else (6, 5)
+    value = torch.rand(*shape, dtype=torch.float64, requires_grad=True)
+    old = torch.rand(*shape, dtype=torch.float64, requires_grad=True)
+    grad = _special(shape, torch.float64, 3)
+    gv, gr = torch.autograd.grad(ops.inside(value, old, **bounds), (value, old), grad)
+    zeros = np.zeros(shape)
+    assert _same_bits(gv.numpy(), _inside_by_slicing(grad.numpy(), zeros, **bounds))
+    assert _same_bits(gr.numpy(), _inside_by_slicing(zeros, grad.numpy(), **bounds))
+    assert torch.autograd.gradcheck(lambda v, o: ops.inside(v, o, **bounds), (value, old))
+    assert torch.autograd.gradcheck(lambda v: ops.inside(v, -0.0, **bounds), (value,))
+
+
+def _shift_by_slicing(x: np.ndarray, dim: int, offset: int) -> np.ndarray:
+    """a(n+offset) by slices: the interior, then the edge slab repeated."""
+    x = np.moveaxis(x, dim, 0)
+    out = np.empty_like(x)
+    n = x.shape[0]
+    if offset > 0:
+        out[:n - offset], out[n - offset:] = x[offset:], x[n - 1:]
+    else:
+        out[-offset:], out[:-offset] = x[:n + offset], x[:1]
+    return np.moveaxis(out, 0, dim)
+
+
+def _shift_adjoint(g: np.ndarray, dim: int, offset: int) -> np.ndarray:
+    """The gradient of the shift by slices: the interior's contribution and
+    the edge slab's (summed over the repeats), each zero elsewhere, added
+    (so +0 where neither contributes, and -0.0 + 0.0 is +0)."""
+    g = np.moveaxis(g, dim, 0)
+    n, m = g.shape[0], abs(offset)
+    interior, edge = np.zeros_like(g), np.zeros_like(g)
+    with np.errstate(invalid="ignore"):                # inf - inf is NaN, as in torch
+        if offset > 0:
+            interior[m:] = g[:n - m]
+            edge[n - 1] = g[n - m:].sum(0) if m > 1 else g[n - 1]
+        else:
+            interior[:n - m] = g[m:]
+            edge[0] = g[:m].sum(0) if m > 1 else g[0]
+        return np.moveaxis(interior + edge, 0, dim)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+@pytest.mark.parametrize("offset", [-2, -1, 1, 2])
+def test_shift_bit_for_bit_against_slicing(dim, offset, dtype):
+    a = _special((6, 5, 4), dtype, 4).requires_grad_(True)
+    out = ops.shift(a, dim, offset)
+    assert _same_bits(out.detach().numpy(), _shift_by_slicing(a.detach().numpy(), dim, offset))
+    grad = _special((6, 5, 4), dtype, 5)
+    grad[:, :, :] = torch.where(torch.rand(6, 5, 4) < .5, -0.0, grad)   # many -0.0 side by side
+    got, = torch.autograd.grad(out, a, grad)
+    assert _same_bits(got.numpy(), _shift_adjoint(grad.numpy(), dim, offset))
+
+
+@pytest.mark.parametrize("offset", [-2, -1, 1, 2])
+def test_shift_gradcheck(offset):
+    a = torch.rand(5, 4, 3, dtype=torch.float64, requires_grad=True)
+    for dim in (0, 1, 2):
+        assert torch.autograd.gradcheck(lambda x: ops.shift(x, dim, offset), (a,))
+
+
+def test_above_kb_and_between_bit_for_bit():
+    """above_kb: k = 1..kbm1 from value, kb from old, on a (j, k) boundary
+    slice and an (i, j, k) field; between: lo..hi of a 1-D boundary array."""
+    for shape in ((5, 4), (6, 5, 4), (4,)):
+        value, old = _special(shape, torch.float64, 6), _special(shape, torch.float64, 7)
+        want = old.numpy().copy()
+        want[..., :shape[-1] - 1] = value.numpy()[..., :shape[-1] - 1]
+        assert _same_bits(ops.above_kb(value, old).numpy(), want)
+        assert _same_bits(ops.above_kb(value.float(), old.float()).numpy(),
+                          want.astype(np.float32))
+    value, old = _special((7,), torch.float64, 8), _special((7,), torch.float64, 9)
+    for lo, hi in ((2, 6), (3, 5), (1, 7), (4, 4)):
+        want = old.numpy().copy()
+        want[lo - 1:hi] = value.numpy()[lo - 1:hi]
+        assert _same_bits(ops.between(value, old, lo, hi).numpy(), want)
+    v = torch.rand(5, 4, dtype=torch.float64, requires_grad=True)
+    o = torch.rand(5, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ops.above_kb, (v, o))
+    assert torch.autograd.gradcheck(lambda a, b: ops.between(a[:, 0], b[:, 0], 2, 4), (v, o))
+
+
+def test_masks_made_in_inference_mode_serve_a_gradient_pass():
+    """A mask first built under torch.inference_mode is a normal tensor: a
+    later gradient pass can save it for backward."""
+    ops._MASKS.clear()
+    with torch.inference_mode():
+        ops.inside(torch.ones(6, 5), i=(2, 5))
+        ops.above_kb(torch.ones(6, 5), torch.zeros(6, 5))
+    value = torch.rand(6, 5, dtype=torch.float64, requires_grad=True)
+    (ops.inside(value, i=(2, 5)).sum() + ops.above_kb(value, value.detach()).sum()).backward()
+    want = np.zeros((6, 5))
+    want[1:5] = 1.0
+    want[:, :4] += 1.0
+    assert np.array_equal(value.grad.numpy(), want)
+
+
+def test_no_fake_or_traced_mask_is_kept():
+    """Under a fake-tensor mode and under torch.compile the masks are built
+    afresh (a traced graph needs its own), the cache keeps only real ones,
+    and the compiled result equals the eager one bit for bit."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    ops._MASKS.clear()
+    with FakeTensorMode():
+        fake = ops.inside(torch.ones(9, 8, 3), torch.zeros(9, 8, 3), i=(2, 7), k=(1, 2))
+        ops.above_kb(torch.ones(9, 8, 3), torch.zeros(9, 8, 3))
+    assert fake.shape == (9, 8, 3) and not ops._MASKS
+
+    def f(a, b):
+        return ops.inside(ops.xm(a) * ops.zp(b), b, i=(2, 8), j=(2, 7)) + ops.above_kb(a, b)
+
+    a, b = _special((9, 8, 3), torch.float64, 10), _special((9, 8, 3), torch.float64, 11)
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    got = compiled(a, b)
+    assert all(type(m) is torch.Tensor for m in ops._MASKS.values())
+    assert _same_bits(got.numpy(), f(a, b).numpy())
+    assert _same_bits(compiled(a, b).numpy(), f(a, b).numpy())     # after the cache filled
+
+
+def test_sqrt_rn_numpy_path_has_the_newton_steps_bits():
+    """A CPU tensor outside autograd takes numpy's sqrt only where that gives
+    the Newton step's bits: over every exponent (subnormals and the top of
+    the range fall back), and at -0.0, 0, inf, NaN and negatives (torch's
+    NaN, sign bit clear). The Newton step runs on a tensor that requires
+    grad."""
+    for dtype, (lo, hi) in ((torch.float64, (-1074, 1023)), (torch.float32, (-149, 127))):
+        g = torch.Generator().manual_seed(7)
+        k = torch.randint(lo, hi + 1, (20000,), generator=g).double()
+        x = torch.ldexp(1.0 + torch.rand(20000, generator=g, dtype=torch.float64), k).to(dtype)
+        special = torch.tensor([-0.0, 0.0, float("inf"), float("nan"), -1.0, -float("inf"),
+                                torch.finfo(dtype).max, torch.finfo(dtype).tiny, 2.0 ** lo],
+                               dtype=dtype)
+        normal = x.abs().clamp(2.0 ** -90, 2.0 ** 100)
+        for a in (x, special, normal, torch.cat([normal, special[:6]])):
+            newton = ops.sqrt_rn(a.clone().requires_grad_(True)).detach()
+            assert _same_bits(ops.sqrt_rn(a).numpy(), newton.numpy())
+        assert ops._sqrt_numpy(torch.cat([normal, special[:6]])) is not None     # it was used
+        assert ops._sqrt_numpy(x) is None                                        # subnormals
+        got = ops.sqrt_rn(special[:6]).numpy()
+        nan = np.array(np.nan, dtype=got.dtype)                                  # sign bit clear
+        want = np.array([-0.0, 0.0, np.inf, np.nan, np.nan, np.nan], dtype=got.dtype)
+        assert _same_bits(got[:3], want[:3])
+        assert np.array_equal(_bits(got[4:]), np.broadcast_to(_bits(nan), (2,)))
+
+
+def test_sqrt_rn_in_graphs_takes_the_newton_step():
+    """Reverse and forward mode, torch.func and a fake-tensor mode get the
+    torch path (gradients and tangents through it), with the same values."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    import torch.autograd.forward_ad as fwAD
+
+    x = torch.rand(6, 5, dtype=torch.float64) + 0.5
+    want = np.sqrt(x.numpy())
+    assert torch.autograd.gradcheck(ops.sqrt_rn, (x.clone().requires_grad_(True),))
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        primal, tangent = fwAD.unpack_dual(ops.sqrt_rn(dual))
+    assert np.array_equal(primal.numpy(), want)
+    np.testing.assert_allclose(tangent.numpy(), 0.5 / want, rtol=1e-15)
+    jac = torch.func.vmap(torch.func.grad(lambda v: ops.sqrt_rn(v).sum()))(x)
+    np.testing.assert_allclose(jac.numpy(), 0.5 / want, rtol=1e-15)
+    assert np.array_equal(torch.func.vmap(ops.sqrt_rn)(x).numpy(), want)
+    with FakeTensorMode():
+        assert ops.sqrt_rn(torch.ones(6, 5)).shape == (6, 5)
+    assert np.array_equal(ops.sqrt_rn(x.t()).numpy(), want.T)                   # strided
