@@ -201,9 +201,9 @@ def _sqrt_numpy(x: Tensor) -> Tensor | None:
     tensor in a graph (reverse or forward mode, torch.func, torch.compile,
     a dispatch mode), off the CPU, strided, or holding a value outside
     _SQRT_EXACT, where the Newton step's bits are not the rounded sqrt."""
-    if x.dtype not in _SQRT_EXACT or x.device.type != "cpu" or x.requires_grad \
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 \
+            or x.dtype not in _SQRT_EXACT or x.device.type != "cpu" or x.requires_grad \
             or not x.is_contiguous() or forward_ad._current_level >= 0 \
-            or torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 \
             or torch._C._functorch.is_functorch_wrapped_tensor(x):
         return None
     a = x.numpy()

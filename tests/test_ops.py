@@ -321,7 +321,8 @@ def test_no_fake_or_traced_mask_is_kept():
     assert fake.shape == (9, 8, 3) and not ops._MASKS
 
     def f(a, b):
-        return ops.inside(ops.xm(a) * ops.zp(b), b, i=(2, 8), j=(2, 7)) + ops.above_kb(a, b)
+        return (ops.inside(ops.xm(a) * ops.zp(b), b, i=(2, 8), j=(2, 7)) + ops.above_kb(a, b)
+                + ops.sqrt_rn(a.abs()))
 
     a, b = _special((9, 8, 3), torch.float64, 10), _special((9, 8, 3), torch.float64, 11)
     compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
