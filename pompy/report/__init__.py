@@ -135,6 +135,8 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
 
     require_oracle()
     found = golden_states(golden, config)
+    if found and "explicit" not in cores:
+        raise InputError("--golden compares runs of pom2k's scheme: give --cores with explicit")
     output = Path(output)
     prepare_folder(output, overwrite)
     steps = config.iend
