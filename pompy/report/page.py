@@ -11,7 +11,7 @@ body { font-family: sans-serif; margin: 1.5em; color: #111; max-width: 1900px; }
 table { border-collapse: collapse; margin: 0.5em 0 1.2em; font-size: 13px; }
 td, th { border: 1px solid #bbb; padding: 2px 6px; text-align: left; vertical-align: top; }
 th { background: #eee; }
-td.num { text-align: right; font-family: monospace; }
+td.num { text-align: right; font-family: monospace; white-space: nowrap; }
 .pass { background: #d8f0d8; } .fail { background: #f6d0d0; } .info { background: #eee; }
 img { display: block; margin: 0.3em 0 1.2em; border: 1px solid #ddd; }
 pre { background: #f6f6f6; padding: 0.6em; font-size: 12px; overflow-x: auto; }
