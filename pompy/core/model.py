@@ -28,6 +28,16 @@ device and dtype, so a float32 or CUDA run starts from the same initial
 state as the float64 CPU run. A stop raises CFLViolation or
 NonFiniteState (pompy.errors); ``last_good`` then holds the state of the
 step before, which the time loop never writes in place.
+
+checkpoint="steps" (gradients through long windows): a step is a
+recomputed checkpoint (:class:`_Recomputed`) that keeps only what the next
+step reads, the carried fields (pom2k's work arrays are dead at a step's
+entry: it starts from zero ones, as a restore does), and one graph node;
+the backward pass runs it again with a graph. A window of n steps runs in
+segments of ``checkpoint_segment`` steps (default about sqrt(n)), each a
+recomputed checkpoint of its steps: the forward pass keeps the inputs of
+n/k segments, the backward recomputes one segment at a time keeping the
+inputs of its k steps, then one step's graph at a time.
 """
 from __future__ import annotations
 
@@ -39,6 +49,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
+from torch.autograd import forward_ad
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from pompy import variables
@@ -48,6 +59,11 @@ from pompy.calls import apply
 from pompy.config import Config, nint, parameters
 from pompy.core import setup, stepping
 from pompy.errors import CFLViolation, ModelStop, NonFiniteState, NotConverged
+
+# what a checkpointed step keeps and passes on: every field but the work
+# arrays (tests/test_checkpoint.py: zero work arrays at a step's entry
+# change no later step)
+CARRIED = tuple(n for n in variables.ALL if n not in set(variables.names("work")))
 
 # checkpoint= choices: none, the heavy routines (turbulence, tracers,
 # momentum), or whole internal steps
@@ -88,6 +104,63 @@ def _checkpointed(fn: Callable) -> Callable:
             return fn(**kwargs)
         return torch_checkpoint(fn, use_reentrant=False, preserve_rng_state=False, **kwargs)
     return wrapper
+
+
+class _Recomputed(torch.autograd.Function):
+    """A reentrant checkpoint: ``run(*inputs)``, a tuple of new tensors,
+    runs without a graph in the forward pass (the node keeps the inputs,
+    nothing else) and again with one in the backward pass, which then
+    backpropagates through it. ``run`` must give the same outputs both
+    times: its parameters are fixed when it is made."""
+
+    @staticmethod
+    def forward(ctx, run, *inputs):
+        ctx.run = run
+        ctx.save_for_backward(*inputs)
+        ctx.set_materialize_grads(False)
+        return run(*inputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        inputs = [x.detach().requires_grad_(need)
+                  for x, need in zip(ctx.saved_tensors, ctx.needs_input_grad[1:])]
+        with torch.enable_grad():
+            outputs = ctx.run(*inputs)
+        used = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
+        wanted = [x for x in inputs if x.requires_grad]
+        got = iter(torch.autograd.grad([o for o, _ in used], wanted, [g for _, g in used],
+                                       allow_unused=True) if used and wanted else [])
+        return (None, *(next(got, None) if x.requires_grad else None for x in inputs))
+
+
+class _Stopped(Exception):
+    """A step of a checkpointed segment failed its checks (the core runs
+    the segment again step by step, to stop as a single step does)."""
+
+
+def _recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, ...]) -> dict:
+    """``run(state)`` (a state dict to the next) as a :class:`_Recomputed`
+    of the fields ``names`` of ``state``: what run gives back new (not one
+    of its inputs), with a graph node that keeps only those inputs."""
+    new: list[str] = []
+
+    def fields(*tensors):
+        given = dict(zip(names, tensors))
+        out = run(given)
+        if not new:                  # the forward pass decides, the backward's run agrees
+            new.extend(n for n, t in out.items() if t is not given.get(n))
+        return tuple(out[n] for n in new)
+
+    outputs = _Recomputed.apply(fields, *(state[n] for n in names))
+    return dict(zip(new, outputs))
+
+
+def _traced(state: Mapping) -> bool:
+    """Whether a forward-mode tangent or a torch.func transform is about,
+    which a recomputed checkpoint does not carry (those runs keep no graph
+    anyway)."""
+    return torch._C._are_functorch_transforms_active() or any(
+        forward_ad.unpack_dual(t).tangent is not None for t in state.values())
 
 
 def to_numpy(state: Mapping) -> dict[str, np.ndarray]:
@@ -156,6 +229,9 @@ class Core:
         self._loop_mode: str | None = None
         self.last_good: dict | None = None
         self.vamax = 0.0
+        # checkpoint="steps": steps per outer checkpoint of a window (None:
+        # about sqrt of the window's steps; 1: every step on its own)
+        self.checkpoint_segment: int | None = None
 
     @property
     def name(self) -> str:
@@ -300,6 +376,11 @@ class Core:
             for name in variables.names("loop_input"):
                 self.state[name] = self.state[name].clone()
         with torch.no_grad() if self.generation_fast_path else contextlib.nullcontext():
+            segment = self._segment_length(callback)
+            if segment > 1:
+                for first in range(self.iint + 1, self.iend + 1, segment):
+                    self._segment(first, min(first + segment - 1, self.iend))
+                return
             for iint in range(self.iint + 1, self.iend + 1):
                 self.step(iint)
                 if self.generation_fast_path and self.capture_interval > 0 \
@@ -308,21 +389,55 @@ class Core:
                 if callback is not None:
                     callback(self)
 
+    def _time(self, iint: int) -> float:
+        return self.config.dti * float(iint) / 86400.0 + self.time0
+
+    def _fixed(self, iint: int) -> tuple:
+        """What step iint reads besides the state, fixed now: a
+        recomputation in the backward pass (checkpoint="steps") must see the
+        same (parameters with the ramp, routines, time0, policies)."""
+        ramp = min(self._time(iint) / self.period, 1.0) if self.config.lramp else 1.0
+        with self.policies.activate(), layer_policies(self.policies.layers):
+            policies = captured_policies()
+        return dict(self.params, ramp=ramp), dict(self.routines), self.time0, policies
+
+    def _lean(self, state: Mapping) -> bool:
+        """Whether steps are recomputed checkpoints here (checkpoint="steps",
+        gradients on, no forward-mode tangent)."""
+        return self.checkpoint == "steps" and torch.is_grad_enabled() and not _traced(state)
+
+    def _zero_work(self) -> dict:
+        """pom2k's work arrays as a checkpointed step starts them: zero, as
+        load_state and restore give them (one set per core, never written)."""
+        work = self.__dict__.get("_work")
+        if work is None:
+            c = self.config
+            work = {n: torch.zeros(variables.shape(n, c.im, c.jm, c.kb), dtype=self.dtype,
+                                   device=self.device) for n in variables.names("work")}
+            object.__setattr__(self, "_work", work)
+        return work
+
+    def _lean_step(self, state: Mapping, iint: int, fixed: tuple) -> tuple:
+        """:meth:`_advance` as a recomputed checkpoint of the carried fields
+        (CARRIED; the work arrays start from zero): the node keeps those and
+        nothing else. Returns what _advance does; fields the step leaves as
+        they were are ``state``'s."""
+        info = []
+
+        def run(given):
+            s, *rest = self._advance({**self._zero_work(), **given}, iint, *fixed)
+            info[:] = rest
+            return s
+        return ({**state, **_recomputed(run, state, CARRIED)}, *info)
+
     def step(self, iint: int) -> None:
         """Internal step iint, as one pass of pom2k's main loop; raises the
         stop of a failed check with ``last_good`` set."""
         good = self.state
-        time = self.config.dti * float(iint) / 86400.0 + self.time0
-        # what the step reads besides the state, fixed now: a recomputation
-        # in the backward pass (checkpoint="steps") must see the same
-        ramp = min(time / self.period, 1.0) if self.config.lramp else 1.0
-        with self.policies.activate(), layer_policies(self.policies.layers):
-            policies = captured_policies()
-        fixed = (dict(self.params, ramp=ramp), dict(self.routines), self.time0, policies)
-        if self.checkpoint == "steps" and torch.is_grad_enabled():
-            s, vamax, imax, jmax, going, residual = torch_checkpoint(self._advance, good, iint, *fixed,
-                                                           use_reentrant=False,
-                                                           preserve_rng_state=False)
+        time = self._time(iint)
+        fixed = self._fixed(iint)
+        if self._lean(good):
+            s, vamax, imax, jmax, going, residual = self._lean_step(good, iint, fixed)
         else:
             s, vamax, imax, jmax, going, residual = self._advance(good, iint, *fixed)
         self.vamax = vamax
@@ -336,6 +451,45 @@ class Core:
             if residual is not None and not residual <= self.config.cg_tol * _SLACK:
                 raise NotConverged(iint, residual, self.config.cg_tol, self.config.cg_maxiter)
             raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
+
+    def _segment_length(self, callback) -> int:
+        """Steps per outer checkpoint for this window (1: none): two levels
+        where steps are recomputed checkpoints and no callback needs the
+        state after each step."""
+        if callback is not None or not self._lean(self.state):
+            return 1
+        if self.checkpoint_segment is not None:
+            return max(int(self.checkpoint_segment), 1)
+        return max(round(math.sqrt(max(self.iend - self.iint, 0))), 1)
+
+    def _segment(self, first: int, last: int) -> None:
+        """Steps first..last as one recomputed checkpoint of their steps
+        (each a recomputed checkpoint when the backward pass runs them
+        again). A step failing its checks stops the run as
+        :meth:`step` does: the segment runs again step by step."""
+        fixed = {iint: self._fixed(iint) for iint in range(first, last + 1)}
+        info = []
+
+        def run(state):
+            for iint in range(first, last + 1):
+                if torch.is_grad_enabled():
+                    s, *rest = self._lean_step(state, iint, fixed[iint])
+                else:
+                    s, *rest = self._advance(state, iint, *fixed[iint])
+                if not rest[3]:                        # going
+                    raise _Stopped(iint)
+                state, info[:] = s, rest
+            return state
+        good = self.state
+        try:
+            new = _recomputed(lambda given: run({**self._zero_work(), **given}), good, CARRIED)
+        except _Stopped:
+            for iint in range(first, last + 1):
+                self.step(iint)
+            return
+        self.vamax = info[0]
+        object.__setattr__(self, "state", {**good, **new})
+        self.iint, self.time = last, self._time(last)
 
     def _advance(self, state: dict, iint: int, p: dict, routines: dict, time0: float,
                  policies: tuple) -> tuple:
