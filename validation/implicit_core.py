@@ -1,12 +1,21 @@
 """The implicit core's long checks (issue 11), too long for the test suite.
 
-    python3 validation/implicit_core.py            # all three
-    python3 validation/implicit_core.py --only long|day|solvers
+    python3 validation/implicit_core.py            # all four
+    python3 validation/implicit_core.py --only long|limit|day|solvers
 
-- long: the 65x49x21 seamount for 10 days at dti = 600 s (dte 20,
-  isplit 30: 83 times the external CFL limit per pass of 7.2 s), without
-  gradients (the accelerated PCG): it must run without a stop; prints the
-  largest vamax and the PCG iterations per step.
+- long: the 65x49x21 seamount for 10 days without gradients (the
+  accelerated PCG) at dti = 600 s (dte 20, isplit 30: 83 times the
+  external CFL limit per pass of 7.2 s) with t and s held (mode 4), and
+  in full 3-D (mode 3) at dti = 390 s, under the internal CFL limit of
+  the stratification (407 s, pompy.core.setup.check_internal_cfl): both
+  must run without a stop (and at 450 s, past the check's limit, to
+  measure its margin); prints the largest vamax and the PCG iterations
+  per step.
+- limit: mode 3 past that limit, at dti = 540 and 600 s, with the implicit
+  core and with pom2k's own split-explicit core (dte 6): the step each
+  stops at. Both stop, within a step of each other: what limits dti is
+  pom2k's internal mode (internal waves, c1 up to 3.2 m/s), which the
+  two cores share, not the free surface.
 - day: one day at pom2k's own time step (dti = 180 s) with the explicit
   and the implicit core: the relative L2 difference of u, v, ua, va (bar
   0.2) and t, s (bar 1e-3), since the physics is the same.
@@ -30,6 +39,8 @@ from pompy.core.explicit import ExplicitCore
 from pompy.core.external import cg
 from pompy.core.external import implicit as scheme
 from pompy.core.implicit import ImplicitCore
+from pompy.core.setup import check_internal_cfl
+from pompy.errors import ConfigError, ModelStop
 
 CONFIG = Path(__file__).parents[1] / "configs" / "seamount.nml"
 
@@ -49,22 +60,49 @@ def run(kind, config, days: float):
 
 
 def long_run() -> None:
-    config = dataclasses.replace(load_config(CONFIG), dte=20.0, isplit=30, days=10.0)
-    iterations = []
-    original = cg.pcg
+    print("| case | steps | stop | largest vamax | PCG iterations per step | ms per step |")
+    print("|---|---|---|---|---|---|")
+    for label, changes in (("mode 4, dti 600 s", dict(mode=4, dte=20.0)),
+                           ("mode 3, dti 390 s", dict(mode=3, dte=13.0)),
+                           ("mode 3, dti 450 s (past the check's 407 s: its margin)",
+                            dict(mode=3, dte=15.0))):
+        config = dataclasses.replace(load_config(CONFIG), isplit=30, days=10.0, **changes)
+        if config.dte < 15.0:
+            check_internal_cfl(config)
+        iterations = []
+        original = cg.pcg
 
-    def counting(*args, **kwargs):
-        x, res, n = original(*args, **kwargs)
-        iterations.append(n)
-        return x, res, n
-    cg.pcg = counting
-    try:
-        core, vamax, seconds = run(ImplicitCore, config, 10.0)
-    finally:
-        cg.pcg = original
-    print(f"| 10 days, dti 600 s | {core.iint} steps | no stop | largest vamax {vamax:.3g} m/s "
-          f"| PCG iterations per step {min(iterations)}..{max(iterations)} "
-          f"| {seconds / core.iint * 1e3:.0f} ms per step |")
+        def counting(*args, **kwargs):
+            x, res, n = original(*args, **kwargs)
+            iterations.append(n)
+            return x, res, n
+        cg.pcg = counting
+        try:
+            core, vamax, seconds = run(ImplicitCore, config, 10.0)
+        finally:
+            cg.pcg = original
+        print(f"| 10 days, {label} | {core.iint} | none | {vamax:.3g} m/s "
+              f"| {min(iterations)}..{max(iterations)} | {seconds / core.iint * 1e3:.0f} |")
+
+
+def limit() -> None:
+    print("| core | dti | internal CFL check | stop |")
+    print("|---|---|---|---|")
+    for dti in (540.0, 600.0):
+        for kind, changes in ((ImplicitCore, dict(dte=dti / 30, isplit=30)),
+                              (ExplicitCore, dict(dte=6.0, isplit=round(dti / 6)))):
+            config = dataclasses.replace(load_config(CONFIG), days=1.0, **changes)
+            try:
+                check_internal_cfl(config)
+                refused = "passes"
+            except ConfigError as err:
+                refused = "refuses (limit " + str(err).split("< ")[1].split(",")[0] + ")"
+            try:
+                run(kind, config, 1.0)
+                stop = "none in a day"
+            except ModelStop as exc:
+                stop = f"step {exc.iint}: {str(exc).split(': ', 1)[1]}"
+            print(f"| {kind.__name__} | {dti:.0f} s | {refused} | {stop} |")
 
 
 def one_day() -> None:
@@ -109,9 +147,9 @@ def solvers() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("long", "day", "solvers"))
+    parser.add_argument("--only", choices=("long", "limit", "day", "solvers"))
     args = parser.parse_args()
-    for name, fn in (("solvers", solvers), ("day", one_day), ("long", long_run)):
+    for name, fn in (("solvers", solvers), ("day", one_day), ("limit", limit), ("long", long_run)):
         if args.only in (None, name):
             print(f"\n## {name}\n")
             fn()

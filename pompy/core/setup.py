@@ -152,9 +152,11 @@ def check_internal_cfl(config: Config, state: Mapping | None = None) -> None:
     (c1 = internal_wave_speed, 0 in mode 4 where t and s are held;
     U_max = ADVECTIVE_SPEED): the limit of a core whose free surface is
     implicit. Measured on the 65x49x21 seamount (c1 up to 3.2 m/s, limit
-    XXX s): pom2k's own split-explicit core and the implicit core both
-    blow up within 60 steps at dti = 540 and 600 s. ``state``: the
-    config's set-up (tensors or arrays), by default made here."""
+    407 s): pom2k's own split-explicit core and the implicit core both
+    blow up at the same step at dti = 540 and 600 s (59 and 45); the
+    implicit core runs 10 days at 390 and at 450 s (U_max is the margin).
+    ``state``: the config's set-up (tensors or arrays), by default made
+    here."""
     state = set_up(config) if state is None else state
     grid = {name: np.asarray(torch.as_tensor(state[name]).detach().cpu().double())
             for name in ("dx", "dy", "fsm")}
