@@ -14,6 +14,8 @@ snapshot is one contiguous read) holds:
     dims      member, time, x, y, sigma, sigma_w (= the config's im, jm, kb, kb)
     member(member)              int32  the member's index in the ensemble (0: unperturbed)
     perturbation_seed(member)   int64  the seed of its perturbation (-1: none; pompy.generate)
+    wind_factor(member)         f8     the member's wind_factor (pompy.generate --perturb
+                                       wind; absent in files written before it: 1.0)
     time(time)                  f8     model time, days since 2000-01-01 (iint 0 at time0)
     iint(time)                  int32  the internal step of each snapshot
     the grid                    f8     every "grid" variable of pompy.variables, once:
@@ -47,8 +49,10 @@ files by rank), their members in file order, then the start n::
     sample["state"]["t"]            # (im, jm, kb) float64: snapshot n, every state field
     sample["target"]["t"]           # (T, im, jm, kb): snapshots n+1 .. n+T, the fields asked for
     sample["member"], sample["time"], sample["iint"]     # of snapshot n
+    sample["wind_factor"]                                 # the member's forcing parameter
     sample["target_time"], sample["target_iint"]         # (T,) of the targets
-    core.restore(ds.restore_record(sample))               # a core at snapshot n, bit for bit
+    core.restore(ds.restore_record(sample))               # a core at snapshot n ...
+    core.params = dict(core.params, **member_params(sample))   # ... under its forcing: bit for bit
 
 ``fields`` chooses the target fields (default: the prognostic fields of
 pompy.variables). Files are opened lazily, in the process that reads
@@ -57,7 +61,7 @@ pompy.variables). Files are opened lazily, in the process that reads
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import netCDF4
@@ -130,6 +134,8 @@ class _FileInfo:
             self.path = path
             self.members = [int(m) for m in ds["member"][:]]
             self.seeds = [int(s) for s in ds["perturbation_seed"][:]]
+            self.wind = ([float(w) for w in ds["wind_factor"][:]] if "wind_factor" in ds.variables
+                         else [1.0] * len(self.members))
             self.time = np.asarray(ds["time"][:], dtype=np.float64)
             self.iint = np.asarray(ds["iint"][:], dtype=np.int64)
             self.time0 = float(ds.time0)
@@ -209,7 +215,7 @@ class SnapshotDataset(Dataset):
                       for name in self.state_fields},
             "target": {name: torch.from_numpy(_pom2k(ds[name][local, span], 1))
                        for name in self.fields},
-            "member": info.members[local], "file": f,
+            "member": info.members[local], "file": f, "wind_factor": info.wind[local],
             "time": float(info.time[n]), "iint": int(info.iint[n]),
             "target_time": torch.from_numpy(info.time[span].copy()),
             "target_iint": torch.from_numpy(info.iint[span].copy()),
@@ -247,3 +253,14 @@ class SnapshotDataset(Dataset):
     def __getstate__(self) -> dict:
         # open files stay behind: the unpickling process opens its own
         return {k: v for k, v in self.__dict__.items() if k != "_handles"} | {"_handles": {}}
+
+
+MEMBER_PARAMS = ("wind_factor",)
+
+
+def member_params(sample: Mapping) -> dict[str, float]:
+    """The run parameters that may differ between a dataset's members
+    (MEMBER_PARAMS) for one sample (or one entry of a batch): a core
+    restored from the sample continues bit for bit once its params carry
+    them."""
+    return {name: float(sample[name]) for name in MEMBER_PARAMS}

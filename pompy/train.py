@@ -93,7 +93,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from pompy import variables
 from pompy.autodiff.gradients import clip_gradients
 from pompy.config import TRAIN_GROUP, Config, load_config
-from pompy.dataset import SnapshotDataset
+from pompy.dataset import MEMBER_PARAMS, SnapshotDataset, member_params
 from pompy.errors import InputError, ModelStop
 from pompy.provenance import require_certificate
 
@@ -316,8 +316,12 @@ class CorePool:
 
 def inject_core_state(core, ics: Mapping, sample_index: int) -> None:
     """Sample ``sample_index`` of a batch's initial states into the core
-    (Core.inject: autograd kept), with its step counter and time."""
+    (Core.inject: autograd kept), with its step counter, time and the
+    member's parameters (pompy.dataset.member_params)."""
     core.inject({name: value[sample_index] for name, value in ics["state"].items()})
+    # the member's forcing (e.g. a --perturb wind factor), after reset_batch restored params
+    core.params = dict(core.params, **member_params({name: value[sample_index]
+                                                     for name, value in ics["params"].items()}))
     iint, time0 = int(ics["iint"][sample_index]), float(ics["time0"][sample_index])
     core.iint, core.time0 = iint, time0
     core.time = core.config.dti * iint / 86400.0 + time0
@@ -327,12 +331,15 @@ def inject_core_state(core, ics: Mapping, sample_index: int) -> None:
 # ------------------------------------------------------------------ batches
 def collate_samples(dataset: SnapshotDataset, samples: list[dict]) -> tuple[dict, dict]:
     """(ics, refs) of a list of SnapshotDataset samples: ics = {"state":
-    {name: (B, ...)}, "iint": (B,), "time0": (B,)}, refs = {name: (B, T, ...)}."""
+    {name: (B, ...)}, "iint": (B,), "time0": (B,), "params": {name: (B,)}},
+    refs = {name: (B, T, ...)}."""
     ics = {"state": {name: torch.stack([s["state"][name] for s in samples])
                      for name in samples[0]["state"]},
            "iint": torch.tensor([int(s["iint"]) for s in samples]),
            "time0": torch.tensor([float(dataset.restore_record(s)["time0"]) for s in samples],
-                                 dtype=torch.float64)}
+                                 dtype=torch.float64),
+           "params": {name: torch.tensor([member_params(s)[name] for s in samples],
+                                         dtype=torch.float64) for name in MEMBER_PARAMS}}
     refs = {name: torch.stack([s["target"][name] for s in samples]) for name in samples[0]["target"]}
     return ics, refs
 

@@ -22,8 +22,9 @@ from pompy import variables
 from pompy.cli import main
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
-from pompy.dataset import SnapshotDataset, grid_fields, state_fields
+from pompy.dataset import SnapshotDataset, grid_fields, member_params, state_fields
 from pompy.provenance import source_hash
+from pompy.train import collate_samples, inject_core_state
 
 ROOT = Path(__file__).parents[1]
 EVERY_STEPS, RECORDS = 3, 4                     # snapshots at iint 0, 3, 6, 9, 12
@@ -424,22 +425,26 @@ def test_a_wind_member_restarts_bit_for_bit_with_its_factor(wind):
     for i in range(len(ds)):
         sample = ds[i]
         m = int(sample["member"])
+        assert sample["wind_factor"] == factors[m]
         results = {}
-        for label, factor in (("member's", factors[m]), ("namelist's", 1.0)):
-            core = ExplicitCore(dataclasses.replace(config, wind_factor=float(factor)))
+        for label, factor in (("member's", factors[m]), ("namelist's", 1.0),
+                              ("sample's params", None)):
+            core = ExplicitCore(dataclasses.replace(config, wind_factor=float(factor or 1.0)))
             core.restore(ds.restore_record(sample))
+            if factor is None:      # the documented way: the config's core, the member's params
+                core.params = dict(core.params, **member_params(sample))
             core.iend = core.iint + EVERY_STEPS
             core.run_time_loop()
             results[label] = all(torch.equal(core.state[name], sample["target"][name][0])
                                  for name in state_fields())
-        assert results["member's"], i
+        assert results["member's"] and results["sample's params"], i
         assert results["namelist's"] == (m == 0), i
 
 
 def test_the_implicit_core_generates_wind_members_that_restart(tmp_path):
     """--core implicit --perturb wind: member 1 restarts from its snapshot
-    at iint 2 bit for bit with its wind factor (params set as the trainer
-    would set them on a pooled core)."""
+    at iint 2 bit for bit with its wind factor, injected as the trainer
+    injects a batch into a pooled core (collate_samples, inject_core_state)."""
     from pompy.core.implicit import ImplicitCore
 
     config = tmp_path / "tiny.nml"
@@ -450,9 +455,11 @@ def test_the_implicit_core_generates_wind_members_that_restart(tmp_path):
     factor = float(read(tmp_path / "d" / "dataset.nc")["wind_factor"][1])
     ds = SnapshotDataset(tmp_path / "d", horizon=1, fields=state_fields())
     sample = next(ds[i] for i in range(len(ds)) if ds[i]["member"] == 1 and ds[i]["iint"] == 2)
-    core = ImplicitCore(tiny_config())
-    core.restore(ds.restore_record(sample))
-    core.params = dict(core.params, wind_factor=factor)
+    assert sample["wind_factor"] == factor != 1.0
+    core = ImplicitCore(tiny_config())       # as the trainer: a pooled core, the sample injected
+    core.run_initialization()
+    inject_core_state(core, collate_samples(ds, [sample])[0], 0)
+    assert core.params["wind_factor"] == factor
     core.iend = 4
     core.run_time_loop()
     for name in state_fields():
