@@ -2,8 +2,8 @@
 seamount dataset, in one process and in two gloo processes on 127.0.0.1.
 
 The dataset: an 8x7x5 seamount on the implicit core at dti = 240 s (dte 8,
-isplit 30: under the grid's internal CFL limit of 286 s, which pompy
-generate checks), 3 members, snapshots every 2 steps (one correction
+isplit 30: under the grid's internal CFL limit, which pompy generate
+checks), 3 members, snapshots every 2 steps (one correction
 cycle of steps_per_correction = 2 physics steps of 240 s). A passed
 certificate for this core is written under a temporary POMPY_HOME.
 """
