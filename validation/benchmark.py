@@ -59,6 +59,7 @@ from pompy.config import load_config
 from pompy.core import stepping
 from pompy.core.explicit import ExplicitCore
 from pompy.driver import record_steps
+from pompy.errors import ConfigError
 from pompy.io import OutputWriter
 from pompy.oracle.driver import new_state, run_steps
 
@@ -268,6 +269,14 @@ def main(argv=None) -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     args = parser.parse_args(argv)
     check_device(args.device)
+    if args.steps < 1 or (args.threads is not None and args.threads < 1):
+        refuse(f"--steps {args.steps}, --threads {args.threads}: at least 1")
+    configs = {}
+    for spec in args.grids.split(","):
+        try:
+            configs[spec] = grid_config(spec)
+        except (ValueError, ConfigError) as exc:
+            refuse(f"--grids {spec}: {exc}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
@@ -279,8 +288,7 @@ def main(argv=None) -> None:
     print("| grid | model | ms / internal step | torch / oracle | warm-up (s) | load avg |")
     print("|---|---|---|---|---|---|")
     phases, calls, io, parity = [], [], [], []
-    for spec in args.grids.split(","):
-        config = grid_config(spec)
+    for spec, config in configs.items():
         oracle = time_oracle(config, args.steps)
         print(f"| {spec} | oracle (Fortran -O3, 1 thread) | {oracle * 1e3:.1f} | 1 | | {load()} |",
               flush=True)
