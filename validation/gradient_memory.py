@@ -1,8 +1,11 @@
 """Peak memory and time of a backward pass through N internal steps of the
 seamount (65x49x21), with and without checkpointing.
 
-    python3 validation/gradient_memory.py                  # 24, 96, 240 steps
-    python3 validation/gradient_memory.py --steps 24 --checkpoint steps
+    python3 validation/gradient_memory.py                  # 24, 96, 240, 960 steps
+    python3 validation/gradient_memory.py --steps 24 --checkpoint steps,steps:1
+
+checkpoint "steps" is two-level (segments of ~sqrt(steps), the core's
+default), "steps:K" segments of K steps (steps:1: one level).
 
 Each case runs in a fresh subprocess, so its peak resident memory
 (ru_maxrss) is its own; MALLOC_MMAP_THRESHOLD_=65536 makes glibc hand
@@ -12,7 +15,10 @@ and the peak grows by some 100 MB per step on its own). The gradient is of a sca
 (sum of u**2 and el) with respect to the initial el and t, taken after two
 warm-up steps (the cold start's first step has no internal mode). A case
 whose estimated memory exceeds --limit-gb (from the per-step cost measured
-on a short run) is reported as such instead of run.
+on a short run) is reported as such instead of run. Times are wall clock
+and CPU (user + system) seconds: on a shared machine the CPU time is the
+steadier figure; the load average (1 min) at the start of each case is
+printed with it.
 """
 from __future__ import annotations
 
@@ -34,7 +40,9 @@ def one_case(steps: int, checkpoint: str | None) -> dict:
     from pompy.config import load_config
     from pompy.core.explicit import ExplicitCore
 
-    core = ExplicitCore(load_config(ROOT / "configs" / "seamount.nml"), checkpoint=checkpoint)
+    mode, _, segment = (checkpoint or "").partition(":")
+    core = ExplicitCore(load_config(ROOT / "configs" / "seamount.nml"), checkpoint=mode or None)
+    core.checkpoint_segment = int(segment) if segment else None
     core.run_initialization()
     core.iend = 2
     core.run_time_loop()
@@ -42,13 +50,15 @@ def one_case(steps: int, checkpoint: str | None) -> dict:
     t0 = core.t.clone().requires_grad_(True)
     core.el, core.t = el0, t0
     core.iend = 2 + steps
-    start = time.perf_counter()
+    load = os.getloadavg()[0]
+    start, cpu = time.perf_counter(), time.process_time()
     core.run_time_loop()
-    forward = time.perf_counter() - start
+    forward, forward_cpu = time.perf_counter() - start, time.process_time() - cpu
     (core.u.square().sum() + core.el.sum()).backward()
-    total = time.perf_counter() - start
+    total, total_cpu = time.perf_counter() - start, time.process_time() - cpu
     finite = bool(torch.isfinite(el0.grad).all() and torch.isfinite(t0.grad).all())
     return dict(steps=steps, checkpoint=checkpoint, forward_s=forward, backward_s=total - forward,
+                forward_cpu_s=forward_cpu, backward_cpu_s=total_cpu - forward_cpu, load=load,
                 peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, finite=finite)
 
 
@@ -61,7 +71,7 @@ def run_case(steps: int, checkpoint: str | None) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", default="24,96,240")
+    parser.add_argument("--steps", default="24,96,240,960")
     parser.add_argument("--checkpoint", default="none,routines,steps")
     parser.add_argument("--limit-gb", type=float, default=20.0)
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
@@ -71,8 +81,9 @@ def main(argv=None) -> None:
         print(json.dumps(one_case(steps, mode)))
         return
     modes = [None if m == "none" else m for m in args.checkpoint.split(",")]
-    print("| steps | checkpoint | forward (s) | backward (s) | peak memory (GB) |")
-    print("|---|---|---|---|---|")
+    print("| steps | checkpoint | forward (s) | backward (s) | backward / forward "
+          "| peak memory (GB) | load |")
+    print("|---|---|---|---|---|---|---|")
     for mode in modes:
         probe = [run_case(n, mode) for n in (4, 12)]
         per_step = (probe[1]["peak_gb"] - probe[0]["peak_gb"]) / 8
@@ -80,13 +91,16 @@ def main(argv=None) -> None:
         for steps in (int(s) for s in args.steps.split(",")):
             estimate = base + per_step * steps
             if estimate > args.limit_gb:
-                print(f"| {steps} | {mode or 'none'} | - | - | not run: ~{estimate:.0f} GB estimated "
-                      f"({per_step * 1e3:.0f} MB per step) |", flush=True)
+                print(f"| {steps} | {mode or 'none'} | - | - | - | not run: ~{estimate:.0f} GB "
+                      f"estimated ({per_step * 1e3:.0f} MB per step) | |", flush=True)
                 continue
             r = run_case(steps, mode)
-            print(f"| {steps} | {mode or 'none'} | {r['forward_s']:.1f} | {r['backward_s']:.1f} | "
-                  f"{r['peak_gb']:.2f}{'' if r['finite'] else ' (NOT FINITE)'} |", flush=True)
-
+            print(f"| {steps} | {mode or 'none'} | {r['forward_s']:.1f} ({r['forward_cpu_s']:.1f} CPU) "
+                  f"| {r['backward_s']:.1f} ({r['backward_cpu_s']:.1f} CPU) "
+                  f"| {r['backward_s'] / r['forward_s']:.1f} "
+                  f"({r['backward_cpu_s'] / r['forward_cpu_s']:.1f} CPU) "
+                  f"| {r['peak_gb']:.2f}{'' if r['finite'] else ' (NOT FINITE)'} "
+                  f"| {r['load']:.1f} |", flush=True)
 
 if __name__ == "__main__":
     main()

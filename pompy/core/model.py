@@ -34,10 +34,12 @@ recomputed checkpoint (:class:`_Recomputed`) that keeps only what the next
 step reads, the carried fields (pom2k's work arrays are dead at a step's
 entry: it starts from zero ones, as a restore does), and one graph node;
 the backward pass runs it again with a graph. A window of n steps runs in
-segments of ``checkpoint_segment`` steps (default about sqrt(n)), each a
-recomputed checkpoint of its steps: the forward pass keeps the inputs of
-n/k segments, the backward recomputes one segment at a time keeping the
-inputs of its k steps, then one step's graph at a time.
+segments of k = ``checkpoint_segment`` steps (default about sqrt(n)), each
+a recomputed checkpoint of its steps, the last segment's steps on their
+own: the forward pass keeps the inputs of n/k segments and k steps, the
+backward recomputes one segment at a time keeping the inputs of its k
+steps, then one step's graph at a time (each step but the last segment's
+runs twice more: about one forward pass more than one level).
 """
 from __future__ import annotations
 
@@ -107,10 +109,12 @@ def _checkpointed(fn: Callable) -> Callable:
 
 
 class _Recomputed(torch.autograd.Function):
-    """A reentrant checkpoint: ``run(*inputs)``, a tuple of new tensors,
-    runs without a graph in the forward pass (the node keeps the inputs,
-    nothing else) and again with one in the backward pass, which then
-    backpropagates through it. ``run`` must give the same outputs both
+    """A reentrant checkpoint: ``run(*inputs)``, a tuple of new tensors, runs
+    in the forward pass with its graph dropped at once (the node keeps the
+    inputs, nothing else) and again in the backward pass, which then
+    backpropagates through it. Both passes run with gradients on, as a run
+    without checkpoints does (the implicit core's CG picks its solver by
+    whether a gradient flows). ``run`` must give the same outputs both
     times: its parameters are fixed when it is made."""
 
     @staticmethod
@@ -118,14 +122,23 @@ class _Recomputed(torch.autograd.Function):
         ctx.run = run
         ctx.save_for_backward(*inputs)
         ctx.set_materialize_grads(False)
-        return run(*inputs)
+        run = _Recomputed.rerun(ctx, inputs)[1]
+        outputs = tuple(t.detach() for t in run)
+        # outputs no gradient reaches (forcing, ...) stay so: no graph for them downstream
+        ctx.mark_non_differentiable(*(o for o, t in zip(outputs, run) if not t.requires_grad))
+        return outputs
+
+    @staticmethod
+    def rerun(ctx, inputs) -> tuple[list, tuple]:
+        """Leaves standing for the inputs (requiring grad as they do) and
+        ``run``'s outputs from them, with their graph."""
+        leaves = [x.detach().requires_grad_(need) for x, need in zip(inputs, ctx.needs_input_grad[1:])]
+        with torch.enable_grad():
+            return leaves, ctx.run(*leaves)
 
     @staticmethod
     def backward(ctx, *grads):
-        inputs = [x.detach().requires_grad_(need)
-                  for x, need in zip(ctx.saved_tensors, ctx.needs_input_grad[1:])]
-        with torch.enable_grad():
-            outputs = ctx.run(*inputs)
+        inputs, outputs = _Recomputed.rerun(ctx, ctx.saved_tensors)
         used = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
         wanted = [x for x in inputs if x.requires_grad]
         got = iter(torch.autograd.grad([o for o, _ in used], wanted, [g for _, g in used],
@@ -376,11 +389,11 @@ class Core:
             for name in variables.names("loop_input"):
                 self.state[name] = self.state[name].clone()
         with torch.no_grad() if self.generation_fast_path else contextlib.nullcontext():
+            # two levels: segments, then the last one's steps on their own
+            # (the backward pass would recompute it at once)
             segment = self._segment_length(callback)
-            if segment > 1:
-                for first in range(self.iint + 1, self.iend + 1, segment):
-                    self._segment(first, min(first + segment - 1, self.iend))
-                return
+            while segment > 1 and self.iend - self.iint > segment:
+                self._segment(self.iint + 1, self.iint + segment)
             for iint in range(self.iint + 1, self.iend + 1):
                 self.step(iint)
                 if self.generation_fast_path and self.capture_interval > 0 \
@@ -463,19 +476,15 @@ class Core:
         return max(round(math.sqrt(max(self.iend - self.iint, 0))), 1)
 
     def _segment(self, first: int, last: int) -> None:
-        """Steps first..last as one recomputed checkpoint of their steps
-        (each a recomputed checkpoint when the backward pass runs them
-        again). A step failing its checks stops the run as
+        """Steps first..last as one recomputed checkpoint of their steps,
+        each a recomputed checkpoint (:meth:`_lean_step`). A step failing its checks stops the run as
         :meth:`step` does: the segment runs again step by step."""
         fixed = {iint: self._fixed(iint) for iint in range(first, last + 1)}
         info = []
 
         def run(state):
             for iint in range(first, last + 1):
-                if torch.is_grad_enabled():
-                    s, *rest = self._lean_step(state, iint, fixed[iint])
-                else:
-                    s, *rest = self._advance(state, iint, *fixed[iint])
+                s, *rest = self._lean_step(state, iint, fixed[iint])
                 if not rest[3]:                        # going
                     raise _Stopped(iint)
                 state, info[:] = s, rest
@@ -501,13 +510,27 @@ class Core:
         with policies_in_force(policies):
             return self._pass(state, iint, p, routines, time0)
 
-    def _pass(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
-        c, s = self.config, dict(state)
+    def external_pass(self, state: Mapping, p: dict, routines: dict) -> dict:
+        """The first half of a pass of pom2k's main loop: surface forcing,
+        the internal mode's terms the external mode reads, the external mode
+        (its vamax, imax, jmax and any cg_residual in the result)."""
+        s = dict(state)
         apply(s, p, "surface_forcing", routines=routines)
-        if c.mode != 2:          # in mode 2 the initial aam2d is kept
+        if self.config.mode != 2:          # in mode 2 the initial aam2d is kept
             apply(s, p, "advct(a,c,ee)", "baropg", "smagorinsky", "vertical_averages",
                   routines=routines)
-        s = self.external.external_mode(s, p, routines)
+        return self.external.external_mode(s, p, routines)
+
+    def internal_pass(self, s: dict, iint: int, p: dict, routines: dict, time0: float) -> dict:
+        """The second half: the internal mode (not on a cold start's first
+        step, nor in mode 2) and the end-of-step time-level shifts."""
+        if (iint != 1 or time0 != 0.0) and self.config.mode != 2:
+            s = stepping.internal_step(s, p, routines)
+        return stepping.end_of_step(s)
+
+    def _pass(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
+        c = self.config
+        s = self.external_pass(state, p, routines)
         # the velocity check: the first value read from the device this
         # step (a NaN fails it; pom2k's check skips NaN)
         residual = s.pop("cg_residual", None)        # an implicit free surface's solver
@@ -518,9 +541,7 @@ class Core:
         imax, jmax = s.pop("imax"), s.pop("jmax")
         going = vamax <= c.vmaxl and (residual is None or residual <= c.cg_tol * _SLACK)
         if going:
-            if (iint != 1 or time0 != 0.0) and c.mode != 2:
-                s = stepping.internal_step(s, p, routines)
-            s = stepping.end_of_step(s)
+            s = self.internal_pass(s, iint, p, routines, time0)
             going = all_finite(s)              # the second value read
         return s, vamax, imax, jmax, going, residual
 
