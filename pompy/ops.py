@@ -211,7 +211,7 @@ def _sqrt_numpy(x: Tensor) -> Tensor | None:
     with np.errstate(invalid="ignore"):
         if np.any(~((a >= lo) & (a <= hi)) & (a > 0) & (a != np.inf)):   # NaN: neither
             return None
-        r = np.sqrt(a)
+        r = np.asarray(np.sqrt(a))           # a 0-d tensor gives numpy a scalar
     np.copyto(r, np.nan, where=a < 0)      # torch's NaN (numpy's has the sign bit set)
     return torch.from_numpy(r)
 
