@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch._C._functorch import get_unwrapped, is_batchedtensor   # torch.vmap's wrappers
 from torch.autograd import forward_ad
 from torch.autograd.function import once_differentiable
 
@@ -124,8 +125,17 @@ def _has_tangent(x: Tensor) -> bool:
     return forward_ad.unpack_dual(x).tangent is not None
 
 
+def requires_grad(x: Tensor) -> bool:
+    """x.requires_grad, also inside torch.vmap: a batched tensor says False
+    whatever the tensor it wraps says, so ask the innermost one (else a
+    safe op under vmap would drop its gradient: measured on an ensemble)."""
+    while is_batchedtensor(x):
+        x = get_unwrapped(x)
+    return x.requires_grad
+
+
 def _tracked(x: Tensor) -> bool:
-    return (torch.is_grad_enabled() and x.requires_grad) or _has_tangent(x)
+    return (torch.is_grad_enabled() and requires_grad(x)) or _has_tangent(x)
 
 
 def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None,

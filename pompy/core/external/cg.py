@@ -43,6 +43,7 @@ from torch.autograd import forward_ad
 
 from pompy import compat
 from pompy.ops import xm, xp, ym, yp
+from pompy.utils.safety import requires_grad
 
 
 class FivePoint(NamedTuple):
@@ -101,6 +102,8 @@ def _face_grads(lam: Tensor, x: Tensor, active: Tensor) -> tuple[Tensor, Tensor,
 
 class _Solve(torch.autograd.Function):
     """x = A^-1 b by the fixed-budget CG, differentiated implicitly."""
+
+    generate_vmap_rule = True          # an ensemble's members solve under torch.vmap
 
     @staticmethod
     def forward(diag, cx, cy, active, b, tol, maxiter):
@@ -179,7 +182,7 @@ def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
     """Whether a derivative can flow through: reverse mode (grad enabled and
     an input requires grad) or forward mode (an input carries a tangent,
     which torch.no_grad does not stop)."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any(requires_grad(t) for t in tensors):
         return True
     return any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
