@@ -141,6 +141,7 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
     prepare_folder(output, overwrite)
     steps = config.iend
     runs = plan(cores)
+    env = environment()                 # the sources hashed before they run, as verify does
     started = datetime.now(timezone.utc)
     wall = time.perf_counter()
 
@@ -198,7 +199,7 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
             "max_rel": {label: {str(s): {n: _finite_or_text(v) for n, v in by_name.items()}
                                 for s, by_name in sorted(by_step.items())}
                         for label, by_step in res.golden.items()}}
-    body["environment"] = environment()
+    body["environment"] = env
     per_step = {label: s / steps for label, s in res.seconds.items()}
     ended = datetime.now(timezone.utc)
     body["timing"] = {
