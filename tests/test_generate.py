@@ -498,3 +498,21 @@ def test_the_fortran_oracle_refuses_a_wind_factor(made, tmp_path, capsys):
                      "--output", str(tmp_path / "run"), "--steps", "2"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("pompy: wind_factor=1.1: the Fortran oracle") and err.count("\n") == 1
+
+
+def test_members_run_together_give_the_single_runs_dataset(made, tmp_path, monkeypatch):
+    """The explicit core's ic members run as one Ensemble (generate.batched);
+    forcing them one at a time gives the same file's every state value to
+    the last bit."""
+    import pompy.generate
+
+    config_path, path, err = made
+    assert pompy.generate.batched("explicit", "ic", MEMBERS) and "together" in err
+    assert not pompy.generate.batched("implicit", "ic", MEMBERS)
+    assert not pompy.generate.batched("explicit", "wind", MEMBERS)
+    monkeypatch.setattr(pompy.generate, "batched", lambda *args: False)
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main(generate_args(config_path, tmp_path / "single")) == 0
+    together, single = read(path), read(tmp_path / "single" / "dataset.nc")
+    for name in state_fields():
+        assert np.array_equal(together[name], single[name]), name

@@ -17,8 +17,10 @@ for all members; a stop names the first failing member and keeps the last
 good state of all (``last_good``).
 
 The implicit core's elevation solve is the reference CG here (the PCG's
-early exit reads its residual on the host, which vmap cannot batch); it
-converges to the same cg_tol. pompy.compat.fortran_math, which hands
+early exit reads its residual on the host, which vmap cannot batch; the
+core given is switched to it); it converges to the same cg_tol. Every
+member runs with the core's params: members whose parameters differ
+(e.g. a wind factor each) are single runs. pompy.compat.fortran_math, which hands
 arrays to the Fortran, cannot run batched either: run members singly for
 that. Gradients flow through an ensemble's steps as through a core's.
 """
@@ -131,3 +133,9 @@ class Ensemble:
 
     def numpy_member(self, m: int) -> dict[str, np.ndarray]:
         return {n: v.detach().cpu().numpy() for n, v in self.member(m).items()}
+
+    def snapshot(self, m: int) -> dict:
+        """Member m's :meth:`Core.snapshot` record (detached copies)."""
+        names = [n for n in variables.names("snapshot") if n not in GRID]
+        return {**{n: self.state[n][m].detach().clone() for n in names}, "iint": self.iint,
+                "time0": self.time0, "time": self.core.config.dti * self.iint / 86400.0 + self.time0}
