@@ -150,13 +150,14 @@ def prepare_output(output_dir: Path, files: tuple[Path, ...], overwrite: bool) -
                          "give --overwrite to replace them, or another --output")
 
 
-def check_memory(config: Config, core: str, dtype: str, force: bool) -> int:
-    """The estimated peak memory of the run; InputError if more than is
-    available, unless ``force``."""
-    need = estimate_run_bytes(config, core, dtype)
+def check_memory(config: Config, core: str, dtype: str, force: bool, members: int = 1) -> int:
+    """The estimated peak memory of the run (of ``members`` run together);
+    InputError if more than is available, unless ``force``."""
+    need = estimate_run_bytes(config, core, dtype, members=members)
     have = available_bytes()
     if have is not None and need > have and not force:
-        raise InputError(f"a {config.im}x{config.jm}x{config.kb} run of the {core} core in {dtype} "
+        together = f" ({members} members together)" if members > 1 else ""
+        raise InputError(f"a {config.im}x{config.jm}x{config.kb} run{together} of the {core} core in {dtype} "
                          f"needs about {gigabytes(need)} of memory and {gigabytes(have)} is "
                          "available; give --force to run it anyway")
     return need

@@ -379,7 +379,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     mine = list(range(rank, members, world))
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)
-    check_memory(config, core, dtype, force)
+    check_memory(config, core, dtype, force, len(mine) if batched(core, perturb, len(mine)) else 1)
     _check_disk(Path(output_dir), estimate_dataset_bytes(config, len(mine), records + 1), force)
     return Plan(path, mine, steps, records, device, rank, world)
 

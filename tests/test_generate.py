@@ -516,3 +516,18 @@ def test_members_run_together_give_the_single_runs_dataset(made, tmp_path, monke
     together, single = read(path), read(tmp_path / "single" / "dataset.nc")
     for name in state_fields():
         assert np.array_equal(together[name], single[name]), name
+
+
+def test_members_run_together_need_their_memory(made, tmp_path, monkeypatch, capsys):
+    """The memory check counts every member of an ensemble: memory for one
+    member's run but not for three is refused (exit 2, nothing written)."""
+    from pompy.resources import estimate_run_bytes
+
+    config_path, _, _ = made
+    config = load_config(config_path)
+    one, three = estimate_run_bytes(config), estimate_run_bytes(config, members=MEMBERS)
+    assert three > one
+    monkeypatch.setenv("POMPY_MEMORY_AVAILABLE", str((one + three) // 2))
+    assert main(generate_args(config_path, tmp_path / "d")) == 2
+    assert "(3 members together) of the explicit core" in capsys.readouterr().err
+    assert not (tmp_path / "d" / "dataset.nc").exists()
