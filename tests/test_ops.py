@@ -350,6 +350,9 @@ def test_sqrt_rn_numpy_path_has_the_newton_steps_bits():
             newton = ops.sqrt_rn(a.clone().requires_grad_(True)).detach()
             assert _same_bits(ops.sqrt_rn(a).numpy(), newton.numpy())
         assert ops._sqrt_numpy(torch.cat([normal, special[:6]])) is not None     # it was used
+        for a in (torch.tensor(0.04, dtype=dtype), torch.tensor(-1.0, dtype=dtype)):  # 0-d
+            newton = ops.sqrt_rn(a.clone().requires_grad_(True)).detach()
+            assert ops.sqrt_rn(a).shape == () and _same_bits(ops.sqrt_rn(a).numpy(), newton.numpy())
         assert ops._sqrt_numpy(x) is None                                        # subnormals
         got = ops.sqrt_rn(special[:6]).numpy()
         nan = np.array(np.nan, dtype=got.dtype)                                  # sign bit clear
