@@ -6,8 +6,8 @@ rendering its figures in headless Chromium, and the input errors.
 
 A 21x17x11 seamount for 12 steps, both cores (6 runs); the golden case is
 the 65x49x21 seamount for 3 steps, explicit core only. Measured: the
-whole file in 48 s on 2 shared cores (the two small reports 9 s each, the
-golden one 14 s, Chromium 5 s).
+whole file in 58 s on 2 cores shared at load 5 (9 minutes at load 12, where
+torch's two threads wait on each other).
 """
 import base64
 import io

@@ -7,15 +7,15 @@ from __future__ import annotations
 import io
 import warnings
 
-import matplotlib
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import TwoSlopeNorm
+# a Figure of its own (Agg when saved), not pyplot: no backend or global
+# figure state is touched
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import TwoSlopeNorm  # noqa: E402
-
-from pompy.report.checks import DIAGNOSTIC, DIAGNOSTIC_BAR, PROGNOSTIC, PROGNOSTIC_BAR  # noqa: E402
-from pompy.report.runs import Results  # noqa: E402
+from pompy.report.checks import DIAGNOSTIC, DIAGNOSTIC_BAR, PROGNOSTIC, PROGNOSTIC_BAR
+from pompy.report.runs import Results
 
 FIELD_CMAP = "viridis"
 DIFF_CMAP = "RdBu_r"
@@ -28,7 +28,6 @@ def _png(fig) -> bytes:
     buf = io.BytesIO()
     # fixed metadata: the same figures give the same bytes
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
     return buf.getvalue()
 
 
@@ -70,9 +69,10 @@ def maps(res: Results, label: str, reference: str, config) -> bytes:
     got, want = (_map_fields(res.last[n], config) for n in (label, reference))
     names = list(got)
     # a fixed layout: matplotlib's constrained layout took most of the time
-    fig, axes = plt.subplots(3, len(names), figsize=(4.4 * len(names), 10.5), squeeze=False,
-                             gridspec_kw=dict(left=0.05, right=0.97, bottom=0.05, top=0.93,
-                                              wspace=0.45, hspace=0.5))
+    fig = Figure(figsize=(4.4 * len(names), 10.5))
+    axes = fig.subplots(3, len(names), squeeze=False,
+                        gridspec_kw=dict(left=0.05, right=0.97, bottom=0.05, top=0.93,
+                                         wspace=0.45, hspace=0.5))
     for col, name in enumerate(names):
         a, units, title = got[name]
         b = want[name][0]
@@ -105,10 +105,11 @@ def error_growth(res: Results, labels: list[str]) -> bytes:
     """max |torch - oracle| / max |oracle| of each output field against the
     step, one panel per run (torch's functions, then pom2k's), log scale,
     with the bars; zero sits on the floor line."""
-    fig, axes = plt.subplots(1, len(labels), figsize=(7.5 * len(labels), 5.2), squeeze=False,
-                             sharey=True, gridspec_kw=dict(left=0.06, right=0.86, bottom=0.1,
-                                                           top=0.93, wspace=0.08))
-    colours = plt.get_cmap("tab20")
+    fig = Figure(figsize=(7.5 * len(labels), 5.2))
+    axes = fig.subplots(1, len(labels), squeeze=False, sharey=True,
+                        gridspec_kw=dict(left=0.06, right=0.86, bottom=0.1, top=0.93,
+                                         wspace=0.08))
+    colours = colormaps.get_cmap("tab20")
     for ax, label in zip(axes[0], labels):
         run = next(r for r in res.runs if r.label == label)
         growth = res.growth[label]
@@ -145,9 +146,9 @@ CONSERVATION = (("vtot", "volume vtot (m3)"), ("taver", "mean temperature taver 
 def conservation(res: Results) -> bytes:
     """pom2k's printall figures and the kinetic energy against the step,
     every run, as the change since the first sampled step."""
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5),
-                             gridspec_kw=dict(left=0.08, right=0.98, bottom=0.07, top=0.93,
-                                              wspace=0.28, hspace=0.4))
+    fig = Figure(figsize=(13, 8.5))
+    axes = fig.subplots(2, 2, gridspec_kw=dict(left=0.08, right=0.98, bottom=0.07, top=0.93,
+                                               wspace=0.28, hspace=0.4))
     styles = ["-", "--", ":", "-."]
     for ax, (key, title) in zip(axes.flat, CONSERVATION):
         for n, r in enumerate(res.runs):
@@ -166,10 +167,11 @@ def conservation(res: Results) -> bytes:
 def timing(res: Results, per_step: dict[str, float], ratios: dict[str, float]) -> bytes:
     """Seconds per step of each run, with its ratio to its oracle."""
     labels = [r.label for r in res.runs]
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(labels) + 1.2))
+    fig = Figure(figsize=(9, 0.5 * len(labels) + 1.2))
+    ax = fig.subplots()
     fig.subplots_adjust(left=0.25, right=0.97, bottom=0.8 / (0.5 * len(labels) + 1.2), top=0.95)
     values = [per_step[n] for n in labels]
-    ax.barh(labels, values, color=plt.get_cmap("viridis")(np.linspace(0.15, 0.85, len(labels))))
+    ax.barh(labels, values, color=colormaps.get_cmap("viridis")(np.linspace(0.15, 0.85, len(labels))))
     for y, n in enumerate(labels):
         ax.text(per_step[n], y, f"  {per_step[n] * 1e3:.1f} ms, {ratios[n]:.1f}x its oracle",
                 va="center", fontsize=9)
