@@ -115,6 +115,8 @@ def _mask(ndim: int, ranges: tuple, device) -> torch.Tensor:
     key = (device, ndim, ranges)
     mask = _MASKS.get(key)
     if mask is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return _build_mask(ndim, ranges, device)    # a CUDA graph's memory is not ours to keep
         with torch.inference_mode(False):
             mask = _MASKS[key] = _build_mask(ndim, ranges, device)
     return mask
