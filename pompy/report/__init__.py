@@ -115,14 +115,37 @@ def _rank(x: float) -> float:
     return math.inf if math.isnan(x) else x
 
 
-def _float(x) -> float:
-    return float(x)
-
-
 def _finite_or_text(x):
     """JSON numbers; inf and NaN (a field NaN in one run only) as text."""
     x = float(x)
     return x if math.isfinite(x) else str(x)
+
+
+def _max_differences(res, label: str) -> dict:
+    """Per field: the largest max |torch - oracle| over the sampled steps
+    (max_abs) and its first step, that over the field's largest max
+    |oracle| in the run (max_rel), and the error growth curve's maximum
+    (max_step_rel)."""
+    table = {}
+    for name, rel in res.growth[label].items():
+        d_abs = res.growth_abs[label][name]
+        n = max(range(len(d_abs)), key=lambda i: (_rank(d_abs[i]), -i))
+        scale = max(res.scale[label][name])
+        table[name] = {"max_rel": _finite_or_text(d_abs[n] / scale if scale > 0 else d_abs[n]),
+                       "max_abs": _finite_or_text(d_abs[n]), "step": res.steps[n],
+                       "max_step_rel": _finite_or_text(max(rel, key=_rank))}
+    return table
+
+
+def _records(oracle_file: Path, torch_file: Path) -> dict:
+    """{iint: {field: max_rel, max_abs}} of the two NetCDF files' common
+    records: `pompy compare`'s figures."""
+    records: dict = {}
+    for d in compare_files(oracle_file, torch_file):
+        if d.record is not None:
+            records.setdefault(str(d.record), {})[d.name] = {
+                "max_rel": _finite_or_text(d.max_rel), "max_abs": _finite_or_text(d.max_abs)}
+    return records
 
 
 def make_report(config: Config, config_file: str, cores: list[str], output: Path,
@@ -169,28 +192,12 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
         "conservation": {},
     }
     for r in runs:
-        if r.kind == "oracle":
-            continue
-        growth, growth_abs = res.growth[r.label], res.growth_abs[r.label]
-        table = {}
-        for name, rel in growth.items():
-            d_abs = growth_abs[name]
-            n = max(range(len(d_abs)), key=lambda i: (_rank(d_abs[i]), -i))   # its first step
-            scale = max(res.scale[r.label][name])
-            table[name] = {"max_rel": _finite_or_text(d_abs[n] / scale if scale > 0 else d_abs[n]),
-                           "max_abs": _finite_or_text(d_abs[n]), "step": res.steps[n],
-                           "max_step_rel": _finite_or_text(max(rel, key=_rank))}
-        body["max_differences"][r.label] = table
-        body["error_growth"][r.label] = {name: [_finite_or_text(x) for x in v]
-                                         for name, v in growth.items()}
-        compared = compare_files(res.files[r.oracle], res.files[r.label])
-        records = body["records"][r.label] = {}
-        for d in compared:
-            if d.record is not None:
-                records.setdefault(str(d.record), {})[d.name] = {
-                    "max_rel": _finite_or_text(d.max_rel), "max_abs": _finite_or_text(d.max_abs)}
-    for r in runs:
-        body["conservation"][r.label] = {k: list(map(_float, v))
+        if r.kind != "oracle":
+            body["max_differences"][r.label] = _max_differences(res, r.label)
+            body["error_growth"][r.label] = {name: [_finite_or_text(x) for x in v]
+                                             for name, v in res.growth[r.label].items()}
+            body["records"][r.label] = _records(res.files[r.oracle], res.files[r.label])
+        body["conservation"][r.label] = {k: [_finite_or_text(x) for x in v]
                                          for k, v in res.conservation[r.label].items()}
     if found:
         body["golden"] = {
