@@ -12,6 +12,12 @@ case writes <output>/<case>/report.html and report.json; <output>/index.html
 lists them with their verdicts and worst figures, <output>/index.json the
 same. Exit 0 when every check of every case passed, 1 otherwise.
 
+In the box the flow is rounding noise (u, v ~1e-11 m/s after a day, driven
+by 1e-13 degC of noise in t): with torch's elementary functions its checks
+fail after about a day (480 steps, nadv 2: u, v 30 % of themselves, q2
+3.5e-10, w 6.5e-8), as two roundings of noise part; its --fortran-math
+runs stay equal to the oracle's to the last bit, the verdict that carries.
+
 Run lengths (estimated from the measured 0.5-day seamount report, 0.32 s
 per explicit torch step with OMP_NUM_THREADS=1 on a shared 2-core CPU): a
 3-day seamount case (1440 steps, four torch runs) about half an hour, a box
