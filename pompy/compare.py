@@ -125,11 +125,13 @@ def _field(a, b, name: str, pairs, labels, paths) -> list[Difference]:
     if not np.issubdtype(va.dtype, np.floating):
         return []
     if not timed:
-        return [_difference(name, None, va[:], vb[:])]
-    return [_difference(name, label, va[i], vb[j]) for (i, j), label in zip(pairs, labels)]
+        return [difference(name, None, va[:], vb[:])]
+    return [difference(name, label, va[i], vb[j]) for (i, j), label in zip(pairs, labels)]
 
 
-def _difference(name: str, record, x, y) -> Difference:
+def difference(name: str, record, x, y) -> Difference:
+    """The Difference of two arrays of field ``name`` at ``record`` (also
+    pompy.report's, so that a report and pompy compare agree)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     diff = np.abs(x - y)
     if not np.array_equal(np.isnan(x), np.isnan(y)):

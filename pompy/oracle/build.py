@@ -98,7 +98,8 @@ def build_dir() -> Path:
     return cache_dir() / source_hash()
 
 
-def _extension_path(directory: Path) -> Path | None:
+def extension_path(directory: Path) -> Path | None:
+    """The built oracle module in ``directory``, or None."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     path = directory / (MODULE + suffix)
     return path if path.exists() else None
@@ -118,14 +119,14 @@ def _install(work: Path, target: Path, replace: bool) -> None:
     """Rename the finished build WORK to TARGET. If another process installed
     a complete build there meanwhile, keep that one (unless REPLACE)."""
     for attempt in range(2):
-        if replace or (target.exists() and _extension_path(target) is None):
+        if replace or (target.exists() and extension_path(target) is None):
             _discard(target)
             replace = False
         try:
             work.rename(target)
             return
         except OSError:
-            if _extension_path(target) is not None:     # another process won the race
+            if extension_path(target) is not None:     # another process won the race
                 shutil.rmtree(work, ignore_errors=True)
                 return
             if attempt:
@@ -150,7 +151,7 @@ def _remove_stale(cache: Path, keep: Path) -> None:
 def build(verbose: bool = False, force: bool = False) -> Path:
     """Compile the oracle unless a build for the current sources exists."""
     target = build_dir()
-    existing = _extension_path(target)
+    existing = extension_path(target)
     if existing and not force:
         if verbose:
             print(f"oracle up to date: {existing}")
@@ -174,7 +175,7 @@ def build(verbose: bool = False, force: bool = False) -> Path:
     if verbose:
         print("building oracle:", " ".join(cmd))
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-    if proc.returncode != 0 or _extension_path(work) is None:
+    if proc.returncode != 0 or extension_path(work) is None:
         log = work / "build.log"
         log.write_text(proc.stdout + proc.stderr)
         raise OracleBuildError(
@@ -183,7 +184,7 @@ def build(verbose: bool = False, force: bool = False) -> Path:
     shutil.rmtree(work / "meson", ignore_errors=True)
     _install(work, target, replace=force)
     _remove_stale(cache, keep=target)
-    path = _extension_path(target)
+    path = extension_path(target)
     if verbose:
         print(f"oracle built: {path}")
     return path

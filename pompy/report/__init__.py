@@ -79,7 +79,7 @@ def require_oracle() -> None:
         target = build.build_dir()
     except build.OracleBuildError as exc:
         raise InputError(f"the Fortran oracle cannot be built: {exc}") from None
-    if build._extension_path(target) is None:
+    if build.extension_path(target) is None:
         raise InputError(f"the Fortran oracle is not built (no build in {target}); "
                          "build it with: python3 -m pompy setup")
 

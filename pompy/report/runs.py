@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pompy import variables
-from pompy.compare import _difference
+from pompy.compare import difference
 from pompy.config import Config
 from pompy.driver import make_model, output_files
 from pompy.errors import InputError
@@ -135,7 +135,7 @@ def differences(got: dict, want: dict, fields: list[str]) -> dict[str, tuple[flo
     (want in the role of its file A)."""
     out = {}
     for name in fields:
-        d = _difference(name, None, want[name], got[name])
+        d = difference(name, None, want[name], got[name])
         out[name] = (d.max_abs, d.max_rel)
     return out
 
