@@ -118,7 +118,11 @@ def _mask(ndim: int, ranges: tuple, device) -> torch.Tensor:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return _build_mask(ndim, ranges, device)    # a CUDA graph's memory is not ours to keep
         with torch.inference_mode(False):
-            mask = _MASKS[key] = _build_mask(ndim, ranges, device)
+            mask = _build_mask(ndim, ranges, device)
+        # built under a torch.func transform (functionalize, grad) it may be
+        # that transform's wrapper, dead once it ends: keep plain tensors only
+        if not torch._C._functorch.is_functorch_wrapped_tensor(mask):
+            _MASKS[key] = mask
     return mask
 
 

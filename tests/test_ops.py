@@ -381,3 +381,20 @@ def test_sqrt_rn_in_graphs_takes_the_newton_step():
     with FakeTensorMode():
         assert ops.sqrt_rn(torch.ones(6, 5)).shape == (6, 5)
     assert np.array_equal(ops.sqrt_rn(x.t()).numpy(), want.T)                   # strided
+
+
+def test_no_mask_is_kept_from_a_torch_func_transform():
+    """A mask first built under torch.func.functionalize is that transform's
+    wrapper: kept, it made a later plain inside() return garbage."""
+    from pompy import ops
+    from pompy.ops import inside
+
+    ops._MASKS.clear()
+    x = torch.arange(12.0, dtype=torch.float64).reshape(4, 3)
+    torch.func.functionalize(lambda v: inside(v, 0.0, i=(2, 3)))(x)
+    want = np.zeros((4, 3))
+    want[1:3] = x.numpy()[1:3]
+    np.testing.assert_array_equal(inside(x, 0.0, i=(2, 3)).numpy(), want)
+    xr = x.clone().requires_grad_()
+    inside(xr, 0.0, i=(2, 3)).sum().backward()
+    np.testing.assert_array_equal(xr.grad.numpy(), np.isin(np.arange(4), (1, 2))[:, None] * np.ones((4, 3)))
