@@ -17,7 +17,7 @@ from pompy.core.explicit import ExplicitCore
 from pompy.core.external import cg
 from pompy.core.external.implicit import SemiImplicit
 from pompy.core.implicit import ImplicitCore
-from pompy.errors import CFLViolation
+from pompy.errors import CFLViolation, NonFiniteState
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 MEMBERS = 3
@@ -100,10 +100,73 @@ def test_a_stop_names_its_member_and_keeps_the_last_good_state():
     # pom2k checks |vaf|: member 1 starts with va = 0.6 m/s
     ens.load_member(1, {"va": core.state["va"] + 0.6 * core.state["dvm"],
                         "vab": core.state["vab"] + 0.6 * core.state["dvm"]})
+    start = {n: v.clone() for n, v in ens.state.items()}
     with torch.no_grad(), pytest.raises(CFLViolation) as info:
         ens.advance(3)
     assert info.value.member == 1 and info.value.iint == 1
-    assert ens.last_good is not None and torch.equal(ens.last_good["t"][0], core.state["t"])
+    assert ens.iint == 0 and all(torch.equal(ens.state[n], start[n]) for n in start)
+    assert all(torch.equal(ens.last_good[n], start[n]) for n in start)
+
+
+def single_stop(config, arrays: dict, steps: int) -> Exception:
+    core = ExplicitCore(config)
+    core.run_initialization()
+    core.inject(arrays)
+    core.iend = steps
+    with torch.no_grad(), pytest.raises(Exception) as info:
+        core.run_time_loop()
+    return info.value
+
+
+def test_a_member_stops_as_its_single_run_does():
+    """A NaN in a member's ua: the single run's NonFiniteState (field and
+    point), not a velocity stop at a meaningless place (review finding)."""
+    config = small()
+    core = ExplicitCore(config)
+    core.run_initialization()
+    ua = core.state["ua"].clone()
+    ua[5, 5] = float("nan")
+    want = single_stop(config, {"ua": ua}, 3)
+    assert isinstance(want, NonFiniteState)
+    ens = Ensemble(core, 2)
+    ens.load_member(1, {"ua": ua})
+    with torch.no_grad(), pytest.raises(NonFiniteState) as info:
+        ens.advance(3)
+    assert str(info.value) == str(want) and info.value.member == 1
+
+
+def test_a_member_runs_on_where_its_single_run_does():
+    """An inf at the corner (1, 1) of a forcing field, which no step reads:
+    the single run goes on (it checks the prognostic fields), so does the
+    member, bit for bit."""
+    config = small()
+    core = ExplicitCore(config)
+    core.run_initialization()
+    wusurf = core.state["wusurf"].clone()
+    wusurf[0, 0] = float("inf")
+    ens = Ensemble(core, 2)
+    ens.load_member(0, {"wusurf": wusurf})
+    with torch.no_grad():
+        ens.advance(3)
+    single_core = ExplicitCore(config)
+    single_core.run_initialization()
+    single_core.inject({"wusurf": wusurf})
+    single_core.iend = 3
+    with torch.no_grad():
+        single_core.run_time_loop()
+    assert torch.equal(ens.member(0)["u"], single_core.state["u"])
+
+
+def test_the_core_is_left_as_it_was_and_a_checkpointed_core_is_refused():
+    core = ImplicitCore(small())
+    core.run_initialization()
+    external = core.external
+    Ensemble(core, 2).advance(2)
+    assert core.external is external and core.external.solver is cg.solve_auto
+    checkpointed = ExplicitCore(small(), checkpoint="routines")
+    checkpointed.run_initialization()
+    with pytest.raises(ValueError, match="checkpoint='routines' cannot run under torch.vmap"):
+        Ensemble(checkpointed, 2)
 
 
 def test_the_grid_is_shared_and_bad_input_is_refused():

@@ -12,20 +12,24 @@ the grid (pompy.variables' "grid" kind) is held once. A step is the core's
 own pass (Core.external_pass, Core.internal_pass) under torch.vmap, so
 every routine runs batched and each member equals its own single run to
 the last bit (tests/test_ensemble.py). What a step reads on the host
-(vamax, the solver's residual, whether every field is finite) is read once
-for all members; a stop names the first failing member and keeps the last
-good state of all (``last_good``).
+(vamax, the solver's residual, whether the prognostic fields are finite)
+is read once for all members; a failing member's step is taken again by a
+single core from its last good state, so the stop is the one its single
+run gives (``exc.member`` names it), and the ensemble keeps the last good
+state of all.
 
 The implicit core's elevation solve is the reference CG here (the PCG's
-early exit reads its residual on the host, which vmap cannot batch; the
-core given is switched to it); it converges to the same cg_tol. Every
+early exit reads its residual on the host, which vmap cannot batch); it
+converges to the same cg_tol. Every
 member runs with the core's params: members whose parameters differ
 (e.g. a wind factor each) are single runs. pompy.compat.fortran_math, which hands
 arrays to the Fortran, cannot run batched either: run members singly for
-that. Gradients flow through an ensemble's steps as through a core's.
+that; nor can a checkpointed core (refused). Gradients flow through an
+ensemble's steps as through a core's.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -34,30 +38,45 @@ import torch
 from pompy import compat, variables
 from pompy.autodiff.policies import policies_in_force
 from pompy.core.external import cg
-from pompy.core.model import Core, _SLACK, first_non_finite
-from pompy.errors import CFLViolation, ModelStop, NonFiniteState, NotConverged
+from pompy.core.model import Core, _SLACK
+from pompy.errors import ModelStop
 
 GRID = frozenset(variables.names(kind="grid"))
 
 
 class Ensemble:
     """``members`` copies of ``core``'s current state (a core set up by
-    run_initialization, load_state or restore), stepped together."""
+    run_initialization, load_state or restore), stepped together. The core
+    is the members' template (config, params, routines, policies); it is
+    left as it was."""
 
     def __init__(self, core: Core, members: int):
         if not core.state:
             raise RuntimeError("Ensemble needs a core with a state: run_initialization() first")
         if int(members) != members or members < 1:
             raise ValueError(f"members={members!r}: a whole number >= 1")
+        if core.checkpoint is not None:
+            raise ValueError(f"Ensemble: a core with checkpoint={core.checkpoint!r} cannot run "
+                             "under torch.vmap; give it one with checkpoint=None")
         self.core, self.members = core, int(members)
-        if getattr(core.external, "solver", None) is not None:
-            core.external.solver = cg.solve        # no host reads inside vmap
         self.grid = {n: v for n, v in core.state.items() if n in GRID}
         self.state = {n: v.unsqueeze(0).repeat(members, *([1] * v.dim()))
                       for n, v in core.state.items() if n not in GRID}
         self.iint, self.time0 = core.iint, core.time0
         self.last_good: dict | None = None
         self.vamax = torch.zeros(members)
+
+    @contextlib.contextmanager
+    def _batchable(self, core: Core):
+        """``core`` with the reference CG as its solver (if it has one) for
+        the block: no host read inside vmap."""
+        external = core.external
+        if getattr(external, "solver", None) is not None:
+            core.external = type(external)(cg.solve)
+        try:
+            yield core
+        finally:
+            core.external = external
 
     # ------------------------------------------------------------ members
     def load_member(self, m: int, arrays: Mapping) -> None:
@@ -72,56 +91,76 @@ class Ensemble:
             new[m] = torch.as_tensor(value, dtype=new.dtype, device=new.device)
             self.state[name] = new
 
-    def member(self, m: int) -> dict[str, torch.Tensor]:
-        """Member m's whole state (views), as a single core holds it."""
-        return {**self.grid, **{n: v[m] for n, v in self.state.items()}}
+    def member(self, m: int, state: Mapping | None = None) -> dict[str, torch.Tensor]:
+        """Member m's whole state (views), as a single core holds it; of the
+        batched ``state`` if given (e.g. last_good)."""
+        state = self.state if state is None else state
+        return {**self.grid, **{n: v[m] for n, v in state.items()}}
 
     # ------------------------------------------------------------ stepping
     def step(self, iint: int) -> None:
-        """Internal step iint of every member; raises the stop of the first
-        failing member (``exc.member``) with ``last_good`` set."""
+        """Internal step iint of every member. If a member fails a check,
+        its single run is stepped again from its last good state, which
+        raises the stop a core would (``exc.member`` set); the ensemble then
+        holds the last good state (also in ``last_good``)."""
         if compat.in_force():
             raise RuntimeError("pompy.compat.fortran_math cannot run batched: step members singly")
-        core, good = self.core, self.state
-        p, routines, time0, policies = core._fixed(iint)
-        grid = self.grid
+        good, grid = self.state, self.grid
+        with self._batchable(self.core) as core:
+            p, routines, time0, policies = core._fixed(iint)
 
-        def one(s: dict) -> dict:
-            s = core.external_pass({**grid, **s}, p, routines)
-            checks = {n: s.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual") if n in s}
-            s = core.internal_pass(s, iint, p, routines, time0)
-            finite = torch.stack([torch.isfinite(s[n]).all() for n in s if n not in grid]).all()
-            return {**{n: v for n, v in s.items() if n not in grid}, **checks, "finite": finite}
+            def one(s: dict) -> dict:
+                s = core.external_pass({**grid, **s}, p, routines)
+                checks = {n: s.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual") if n in s}
+                s = core.internal_pass(s, iint, p, routines, time0)
+                finite = torch.stack([torch.isfinite(s[n]).all()          # as all_finite
+                                      for n in variables.names("prognostic")]).all()
+                return {**{n: v for n, v in s.items() if n not in grid}, **checks,
+                        "finite": finite}
 
-        with policies_in_force(policies):
-            out = torch.vmap(one)(good)
+            with policies_in_force(policies):
+                out = torch.vmap(one)(good)
         checks = {n: out.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual", "finite")
                   if n in out}
-        self.state, self.iint = out, iint
         self.vamax = checks["vamax"]
-        self._check(iint, good, checks)
+        failed = self._failed(checks)
+        if failed is None:
+            self.state, self.iint = out, iint
+            return
+        self.last_good = good
+        raise self._stop(failed, iint)
 
-    def _check(self, iint: int, good: dict, checks: dict) -> None:
-        """One host read of every member's vamax, residual and finiteness."""
+    def _failed(self, checks: dict) -> int | None:
+        """The first member whose step fails a core's checks (one host read
+        for all), or None."""
         c = self.core.config
         residual = checks.get("cg_residual", torch.zeros_like(checks["vamax"]))
         vamax, res, finite = torch.stack([checks["vamax"].to(residual.dtype), residual,
                                           checks["finite"].to(residual.dtype)]).tolist()
         for m in range(self.members):
-            if vamax[m] <= c.vmaxl and res[m] <= c.cg_tol * _SLACK and finite[m] == 1.0:
-                continue
-            self.last_good = good
-            if not vamax[m] <= c.vmaxl:
-                exc: ModelStop = CFLViolation(iint, vamax[m], int(checks["imax"][m]),
-                                              int(checks["jmax"][m]), c.vmaxl,
-                                              field=self.core.external.checked_field)
-            elif not res[m] <= c.cg_tol * _SLACK:
-                exc = NotConverged(iint, res[m], c.cg_tol, c.cg_maxiter)
-            else:
-                arrays = {n: v.detach().cpu().numpy() for n, v in self.member(m).items()}
-                exc = NonFiniteState(iint, *first_non_finite(arrays))
-            exc.member = m
-            raise exc
+            if not (vamax[m] <= c.vmaxl and res[m] <= c.cg_tol * _SLACK and finite[m] == 1.0):
+                return m
+        return None
+
+    def _stop(self, m: int, iint: int) -> ModelStop:
+        """Member m's stop at step iint as its single run gives it: a core of
+        the same kind, loaded with the member's last good state, steps
+        again (so the kind of stop, its place and its message are a
+        core's)."""
+        core = self.core
+        twin = type(core)(core.config, device=core.device, dtype=core.dtype,
+                          policies=core.policies)
+        twin.params, twin.routines = dict(core.params), dict(core.routines)
+        twin.load_state({n: v.detach() for n, v in self.member(m, self.last_good).items()},
+                        iint=iint - 1, time0=self.time0)
+        with self._batchable(twin), torch.no_grad():
+            try:
+                twin.step(iint)
+            except ModelStop as exc:
+                exc.member = m
+                return exc
+        raise RuntimeError(f"pompy: member {m} of the ensemble failed step {iint}, its single run "
+                           "did not: a bug, please report it")
 
     def advance(self, last: int, on_step: Callable[[int, torch.Tensor], None] | None = None) -> None:
         """Steps iint+1 .. last; ``on_step(iint, vamax)`` after each (vamax
