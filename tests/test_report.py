@@ -219,3 +219,12 @@ def test_a_missing_oracle_build_says_how_to_build_it(monkeypatch, tmp_path, caps
 def test_unknown_core_is_refused(tmp_path, capsys):
     assert report(tmp_path / "R", options=["--cores", "explicit,oracle"]) == 2
     assert "--cores explicit,oracle: one or more of explicit, implicit" in capsys.readouterr().err
+
+
+def test_a_config_the_oracle_cannot_run_is_refused_before_any_folder(tmp_path, capsys):
+    """wind_factor != 1 (the oracle has none): one line, exit 2, no folder
+    left behind to need --overwrite next time (review finding)."""
+    assert cli.main(["report", SEAMOUNT, "--days", "0.001", "--set", "wind_factor=1.1",
+                     "--output", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.startswith("pompy: wind_factor=1.1: the Fortran oracle")
+    assert not (tmp_path / "r").exists()

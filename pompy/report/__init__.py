@@ -39,6 +39,7 @@ from pathlib import Path
 from pompy.compare import differences as compare_files
 from pompy.config import Config, load_config
 from pompy.errors import InputError, ModelStop
+from pompy.oracle.driver import check_supported
 
 CORES = ("explicit", "implicit")
 DESCRIPTION = __doc__.split("\n\n", 2)[2].split("\nAn existing")[0]
@@ -160,6 +161,7 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
     found = golden_states(golden, config)
     if found and "explicit" not in cores:
         raise InputError("--golden compares runs of pom2k's scheme: give --cores with explicit")
+    check_supported(config)             # what the oracle cannot run, before any folder is made
     output = Path(output)
     prepare_folder(output, overwrite)
     steps = config.iend

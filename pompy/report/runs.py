@@ -4,12 +4,11 @@ oracle of the same scheme, stepped together to each sampled step, where
 the report takes each torch run's differences from its oracle, pom2k's
 conservation figures, the golden comparison and the NetCDF records.
 
-The runs are the ones `pompy run` makes (pompy.driver.make_model), with
-one exception: the implicit core's --fortran-math run solves for the
-elevation with the reference CG (cg.solve), the algorithm of its Fortran
-twin, so that it can be compared with it to the last bit; `pompy run
---core implicit` uses the accelerated PCG (cg.solve_auto), which stops on
-its own rounding within cg_tol.
+The runs are the ones `pompy run` makes (pompy.driver.make_model); the
+implicit core's --fortran-math run solves for the elevation with the
+reference CG, the algorithm of its Fortran twin, as pompy run's does
+(cg.solve_auto inside pompy.compat.fortran_math), so that the two compare
+to the last bit.
 """
 from __future__ import annotations
 
@@ -169,13 +168,7 @@ def _model(config: Config, run: Run):
         if run.kind == "oracle":
             return make_model(config, "oracle" if run.core == "explicit" else "implicit",
                               check_cfl=True, oracle=run.core == "implicit")
-        model = make_model(config, run.core, check_cfl=True)
-    if run.core == "implicit" and run.kind == "fortran_math":
-        from pompy.core.external import cg
-        from pompy.core.external.implicit import SemiImplicit
-
-        model.external = SemiImplicit(cg.solve)       # the Fortran twin's algorithm
-    return model
+        return make_model(config, run.core, check_cfl=True)
 
 
 def run_side_by_side(config: Config, runs: list[Run], steps: int, folder: Path,
