@@ -146,6 +146,16 @@ class _Recomputed(torch.autograd.Function):
         return (None, *(next(got, None) if x.requires_grad else None for x in inputs))
 
 
+_PARAM = "param:"          # a parameter among a recomputed step's inputs
+
+
+def _tensor_params(p: Mapping) -> dict:
+    """The tensors among a step's parameters (--learn's horcon, ...): a
+    recomputed checkpoint takes them as inputs, or their gradient would
+    stop at it (review finding: checkpoint="steps" gave horcon none)."""
+    return {k: v for k, v in p.items() if torch.is_tensor(v)}
+
+
 class _Stopped(Exception):
     """A step of a checkpointed segment failed its checks (the core runs
     the segment again step by step, to stop as a single step does)."""
@@ -436,12 +446,18 @@ class Core:
         nothing else. Returns what _advance does; fields the step leaves as
         they were are ``state``'s."""
         info = []
+        p, *others = fixed
+        params = _tensor_params(p)
 
         def run(given):
-            s, *rest = self._advance({**self._zero_work(), **given}, iint, *fixed)
+            given = dict(given)
+            q = {**p, **{k: given.pop(_PARAM + k) for k in params}}
+            s, *rest = self._advance({**self._zero_work(), **given}, iint, q, *others)
             info[:] = rest
             return s
-        return ({**state, **_recomputed(run, state, CARRIED)}, *info)
+        inputs = {**state, **{_PARAM + k: v for k, v in params.items()}}
+        return ({**state, **_recomputed(run, inputs, CARRIED + tuple(_PARAM + k for k in params))},
+                *info)
 
     def step(self, iint: int) -> None:
         """Internal step iint, as one pass of pom2k's main loop; raises the
@@ -481,17 +497,23 @@ class Core:
         :meth:`step` does: the segment runs again step by step."""
         fixed = {iint: self._fixed(iint) for iint in range(first, last + 1)}
         info = []
+        params = _tensor_params(fixed[first][0])     # the same tensors in every step's p
 
         def run(state):
+            state = dict(state)
+            given = {k: state.pop(_PARAM + k) for k in params}
             for iint in range(first, last + 1):
-                s, *rest = self._lean_step(state, iint, fixed[iint])
+                p, *others = fixed[iint]
+                s, *rest = self._lean_step(state, iint, ({**p, **given}, *others))
                 if not rest[3]:                        # going
                     raise _Stopped(iint)
                 state, info[:] = s, rest
             return state
         good = self.state
+        inputs = {**good, **{_PARAM + k: v for k, v in params.items()}}
         try:
-            new = _recomputed(lambda given: run({**self._zero_work(), **given}), good, CARRIED)
+            new = _recomputed(lambda given: run({**self._zero_work(), **given}), inputs,
+                              CARRIED + tuple(_PARAM + k for k in params))
         except _Stopped:
             for iint in range(first, last + 1):
                 self.step(iint)
