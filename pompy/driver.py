@@ -270,7 +270,11 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
         return write_restart(restart_path, config, state, iint, days(iint), model.time0,
                              attributes=attributes)
 
-    with signals_caught() as caught:      # from here on a signal loses no completed step
+    import torch
+
+    # a run keeps no graph: without one the cores may take host-side fast
+    # paths (ops.sqrt_rn through numpy) that a gradient step must not
+    with signals_caught() as caught, torch.no_grad():   # from here on a signal loses no completed step
         writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes)
         bar = Progress(last - first + 1, f"{core} {config.title}", progress)
         start = _time.perf_counter()

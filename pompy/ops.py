@@ -203,12 +203,14 @@ def sqrt_rn(x: Tensor) -> Tensor:
 
 
 def _sqrt_numpy(x: Tensor) -> Tensor | None:
-    """sqrt_rn's bits through numpy, or None where that cannot be used: a
-    tensor in a graph (reverse or forward mode, torch.func, torch.compile,
-    a dispatch mode), off the CPU, strided, or holding a value outside
-    _SQRT_EXACT, where the Newton step's bits are not the rounded sqrt."""
+    """sqrt_rn's bits through numpy, or None where that cannot be used: with
+    gradients enabled (a gradient step reads nothing on the host but its
+    two checks: tests/test_differentiable_core.py), a tensor in a graph
+    (reverse or forward mode, torch.func, torch.compile, a dispatch mode),
+    off the CPU, strided, or holding a value outside _SQRT_EXACT, where the
+    Newton step's bits are not the rounded sqrt."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 \
-            or x.dtype not in _SQRT_EXACT or x.device.type != "cpu" or x.requires_grad \
+            or torch.is_grad_enabled() or x.dtype not in _SQRT_EXACT or x.device.type != "cpu" or x.requires_grad \
             or not x.is_contiguous() or forward_ad._current_level >= 0 \
             or torch._C._functorch.is_functorch_wrapped_tensor(x):
         return None

@@ -332,12 +332,13 @@ def test_no_fake_or_traced_mask_is_kept():
     assert _same_bits(compiled(a, b).numpy(), f(a, b).numpy())     # after the cache filled
 
 
+@torch.no_grad()                 # the numpy path is for runs without gradients
 def test_sqrt_rn_numpy_path_has_the_newton_steps_bits():
     """A CPU tensor outside autograd takes numpy's sqrt only where that gives
     the Newton step's bits: over every exponent (subnormals and the top of
     the range fall back), and at -0.0, 0, inf, NaN and negatives (torch's
     NaN, sign bit clear). The Newton step runs on a tensor that requires
-    grad."""
+    grad, and with gradients enabled (test_the_numpy_path_is_not_taken_with_gradients)."""
     for dtype, (lo, hi) in ((torch.float64, (-1074, 1023)), (torch.float32, (-149, 127))):
         g = torch.Generator().manual_seed(7)
         k = torch.randint(lo, hi + 1, (20000,), generator=g).double()
@@ -398,3 +399,12 @@ def test_no_mask_is_kept_from_a_torch_func_transform():
     xr = x.clone().requires_grad_()
     inside(xr, 0.0, i=(2, 3)).sum().backward()
     np.testing.assert_array_equal(xr.grad.numpy(), np.isin(np.arange(4), (1, 2))[:, None] * np.ones((4, 3)))
+
+
+def test_the_numpy_path_is_not_taken_with_gradients():
+    """A gradient-enabled step reads nothing on the host but its two checks
+    (tests/test_differentiable_core.py): sqrt_rn stays in torch there."""
+    x = torch.rand(10, dtype=torch.float64) + 0.5
+    assert ops._sqrt_numpy(x) is None
+    with torch.no_grad():
+        assert ops._sqrt_numpy(x) is not None
