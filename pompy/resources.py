@@ -18,7 +18,9 @@ CPU runs of the box at 65x49x21 and 200x200x21 (state 20 and 249 MB):
 dtype, so float32 saves less than half). With gradients each step keeps
 its graph: measured at 65x49x21 (README, Gradients) 307 MB per step
 without checkpointing (15.4 states), 229 MB with checkpoint="routines"
-(11.5) and 65 MB with checkpoint="steps" (3.3).
+(11.5); checkpoint="steps" (two levels) peaks at 1.06 GB for 240 steps
+(0.13 states per step over the base and the run's own 5; 0.05 at 960
+steps, so the figure is an upper bound past 240).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from pompy.config import Config
 BASE = 350e6                     # Python, torch and pompy imported, with margin
 FACTORS = {("explicit", "float64"): 5.0, ("explicit", "float32"): 4.0,
            ("oracle", "float64"): 3.0}
-PER_STEP = {None: 15.4, "routines": 11.5, "steps": 3.3}   # gradients: states kept per step
+PER_STEP = {None: 15.4, "routines": 11.5, "steps": 0.13}   # gradients: states kept per step
 
 
 def state_bytes(config: Config, itemsize: int = 8) -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 
-import numpy as np
 import torch
 
 from pompy import compat, variables
@@ -169,9 +168,6 @@ class Ensemble:
             self.step(iint)
             if on_step is not None:
                 on_step(iint, self.vamax)
-
-    def numpy_member(self, m: int) -> dict[str, np.ndarray]:
-        return {n: v.detach().cpu().numpy() for n, v in self.member(m).items()}
 
     def snapshot(self, m: int) -> dict:
         """Member m's :meth:`Core.snapshot` record (detached copies)."""
