@@ -8,6 +8,7 @@ dte per internal step (pom2k's main loop, "begin external (2-D) mode").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -28,16 +29,32 @@ def _vel_check(vaf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return vamax, last % im + 1, last // im + 1
 
 
-def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES) -> dict:
-    """One pass ``p["iext"]`` of pom2k's external (2-D) mode: continuity
-    (elf), momentum (uaf, vaf), the velocity check (vamax at imax, jmax),
-    the time-split filter and time-level shift when vamax <= vmaxl, the
-    sums egf, utf, vtf for the internal mode, and etf over the last three
-    passes. The shift under the check is a select, not a Python branch,
-    so no value leaves the device."""
+class PassKind(NamedTuple):
+    """What pom2k's external pass iext does besides the common work: all a
+    pass decides in Python, so a compiled pass has one graph per kind
+    (pompy.core.compiled), not one per iext."""
+    advave: bool       # iext % ispadv == 0: the external advection terms anew
+    etf: int           # 1, 2, 3 for the last three passes (etf's sum), else 0
+    last: bool         # iext == isplit: no sums for the internal mode
+
+
+def pass_kind(iext: int, isplit: int, ispadv: int) -> PassKind:
+    return PassKind(advave=iext % ispadv == 0, etf=max(iext - isplit + 3, 0),
+                    last=iext == isplit)
+
+
+def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES,
+                  kind: PassKind | None = None) -> dict:
+    """One pass ``p["iext"]`` of pom2k's external (2-D) mode (or one of
+    ``kind``, p's iext then unread): continuity (elf), momentum (uaf, vaf),
+    the velocity check (vamax at imax, jmax), the time-split filter and
+    time-level shift when vamax <= vmaxl, the sums egf, utf, vtf for the
+    internal mode, and etf over the last three passes. The shift under the
+    check is a select, not a Python branch, so no value leaves the device."""
     s = dict(s)
-    iext, isplit, dte, grav, alpha, smoth = (p[n] for n in ("iext", "isplit", "dte", "grav",
-                                                             "alpha", "smoth"))
+    isplit, dte, grav, alpha, smoth = (p[n] for n in ("isplit", "dte", "grav", "alpha", "smoth"))
+    if kind is None:
+        kind = pass_kind(p["iext"], isplit, p["ispadv"])
     im, jm = s["h"].shape
     imm1, jmm1 = im - 1, jm - 1
     d, dx, dy, ua, va, art = s["d"], s["dx"], s["dy"], s["ua"], s["va"], s["art"]
@@ -50,7 +67,7 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES)
                                   - s["vfluxf"])
     s["elf"] = inside(elf, s["elf"], i=(2, imm1), j=(2, jmm1))
     apply(s, p, "bcond(1)", routines=routines)
-    if iext % p["ispadv"] == 0:
+    if kind.advave:
         apply(s, p, "advave(tps)", routines=routines)
     el, elb, elf, e_atmos, cor, h = (s[n] for n in ("el", "elb", "elf", "e_atmos", "cor", "h"))
     uaf = (s["adx2d"] + s["advua"]
@@ -77,11 +94,11 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES)
     s["vaf"] = inside(vaf, s["vaf"], i=(2, imm1), j=(2, jm))
     apply(s, p, "bcond(2)", routines=routines)
     # etf: the filtered elevation over the last three passes
-    if iext == isplit - 2:
+    if kind.etf == 1:
         s["etf"] = .25 * smoth * s["elf"]
-    elif iext == isplit - 1:
+    elif kind.etf == 2:
         s["etf"] = s["etf"] + .5 * (1.0 - .5 * smoth) * s["elf"]
-    elif iext == isplit:
+    elif kind.etf == 3:
         s["etf"] = (s["etf"] + .5 * s["elf"]) * s["fsm"]
     # velocity check (generally the CFL criterion)
     s["vamax"], s["imax"], s["jmax"] = _vel_check(s["vaf"])
@@ -95,7 +112,7 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES)
     new["d"] = h + elf
     new["uab"], new["vab"] = new.pop("ua"), new.pop("va")
     new["ua"], new["va"] = s["uaf"], s["vaf"]
-    if iext != isplit:
+    if not kind.last:
         isp2i = 1.0 / (2.0 * float(isplit))
         dn, uan, van = new["d"], new["ua"], new["va"]
         new["egf"] = s["egf"] + new["el"] * (1.0 / float(isplit))
