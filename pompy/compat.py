@@ -48,6 +48,10 @@ def fortran_math():
         _FORTRAN_MATH.reset(token)
 
 
+# Dynamo cannot trace ContextVar.get: a compiled graph takes the value it had
+# when traced, without a guard (pompy.core.compiled's graphs run only
+# outside fortran_math, whose host callbacks no graph could hold anyway)
+@torch.compiler.assume_constant_result
 def in_force() -> bool:
     """Whether the caller runs inside fortran_math()."""
     return _FORTRAN_MATH.get()

@@ -20,7 +20,7 @@ class ExplicitCore(Core):
     """pom2k, vectorised in torch: same routines, same order, same numbers."""
 
     def __init__(self, config: Config, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float64, compile: bool = False,
+                 dtype: torch.dtype = torch.float64, compile: bool | str = False,
                  checkpoint: str | None = None, policies: GradientPolicyConfig | None = None):
         super().__init__(config, SplitExplicit(), device=device, dtype=dtype, compile=compile,
                          checkpoint=checkpoint, policies=policies)

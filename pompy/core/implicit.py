@@ -21,7 +21,7 @@ class ImplicitCore(Core):
     """The scheme-independent core with the semi-implicit free surface."""
 
     def __init__(self, config: Config, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float64, compile: bool = False,
+                 dtype: torch.dtype = torch.float64, compile: bool | str = False,
                  checkpoint: str | None = None, policies: GradientPolicyConfig | None = None):
         super().__init__(config, SemiImplicit(), device=device, dtype=dtype, compile=compile,
                          checkpoint=checkpoint, policies=policies)

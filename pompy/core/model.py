@@ -54,12 +54,13 @@ import torch
 from torch.autograd import forward_ad
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from pompy import variables
+from pompy import compat, variables
 from pompy.autodiff.policies import (GradientPolicyConfig, captured_policies, layer_policies,
                                      policies_in_force)
 from pompy.calls import apply
 from pompy.config import Config, nint, parameters
 from pompy.core import setup, stepping
+from pompy.core.compiled import StepGraphs
 from pompy.errors import CFLViolation, ModelStop, NonFiniteState, NotConverged
 
 # what a checkpointed step keeps and passes on: every field but the work
@@ -71,7 +72,9 @@ CARRIED = tuple(n for n in variables.ALL if n not in set(variables.names("work")
 # momentum), or whole internal steps
 CHECKPOINTS = (None, "routines", "steps")
 HEAVY = ("advq", "profq", "advt1", "advt2", "proft", "advu", "advv", "profu", "profv")
-# the routines of the time loop that torch.compile fuses (compile=True)
+# compile= choices: none, whole-step graphs (True), each routine on its own
+COMPILES = (False, True, "routines")
+# the routines of the time loop that torch.compile fuses (compile="routines")
 COMPILED = ("advct", "advave", "advu", "advv", "advq", "vertvl", "advt1", "advt2", "profq",
             "proft", "profu", "profv", "bcond", "dens", "baropg", "smagorinsky",
             "surface_forcing", "vertical_averages")
@@ -186,6 +189,13 @@ def _traced(state: Mapping) -> bool:
         forward_ad.unpack_dual(t).tangent is not None for t in state.values())
 
 
+def _recording(state: Mapping, p: Mapping) -> bool:
+    """Whether autograd records this step: gradients on and a field or a
+    parameter (--learn's) requiring one."""
+    return torch.is_grad_enabled() and any(
+        torch.is_tensor(t) and t.requires_grad for t in (*state.values(), *p.values()))
+
+
 def to_numpy(state: Mapping) -> dict[str, np.ndarray]:
     """Tensors as float64 numpy arrays in pom2k (Fortran) order."""
     return {name: np.asfortranarray(t.detach().to("cpu", torch.float64).numpy())
@@ -213,7 +223,7 @@ class Core:
     """pom2k's main loop in torch around a free-surface part ``external``."""
 
     def __init__(self, config: Config, external, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float64, compile: bool = False,
+                 dtype: torch.dtype = torch.float64, compile: bool | str = False,
                  checkpoint: str | None = None, policies: GradientPolicyConfig | None = None):
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
@@ -221,11 +231,15 @@ class Core:
             raise ValueError(f"checkpoint={checkpoint!r}: one of {CHECKPOINTS}")
         if policies is not None and not isinstance(policies, GradientPolicyConfig):
             raise TypeError(f"policies must be a GradientPolicyConfig, got {type(policies).__name__}")
+        if compile not in COMPILES:
+            raise ValueError(f"compile={compile!r}: one of {COMPILES}")
         object.__setattr__(self, "state", {})
         self.external = external
-        # torch.compile each physics routine (not the main-loop sections,
-        # whose Python branches on iext would recompile for every pass)
-        self.routines = {name: (_compiled(fn) if compile and name in COMPILED else fn)
+        # compile=True: whole-step graphs (pompy.core.compiled); "routines":
+        # torch.compile each physics routine on its own
+        self.graphs = StepGraphs(self) if compile is True else None
+        self.routines = {name: (_compiled(fn) if compile == "routines" and name in COMPILED
+                                else fn)
                          for name, fn in stepping.ROUTINES.items()}
         # checkpoint="routines": recompute the heavy routines in the backward
         # pass instead of keeping their intermediates; "steps": whole steps
@@ -532,27 +546,42 @@ class Core:
         with policies_in_force(policies):
             return self._pass(state, iint, p, routines, time0)
 
-    def external_pass(self, state: Mapping, p: dict, routines: dict) -> dict:
-        """The first half of a pass of pom2k's main loop: surface forcing,
-        the internal mode's terms the external mode reads, the external mode
-        (its vamax, imax, jmax and any cg_residual in the result)."""
+    def terms(self, state: Mapping, p: dict, routines: dict) -> dict:
+        """Surface forcing and the internal mode's terms the external mode
+        reads."""
         s = dict(state)
         apply(s, p, "surface_forcing", routines=routines)
         if self.config.mode != 2:          # in mode 2 the initial aam2d is kept
             apply(s, p, "advct(a,c,ee)", "baropg", "smagorinsky", "vertical_averages",
                   routines=routines)
-        return self.external.external_mode(s, p, routines)
+        return s
+
+    def external_pass(self, state: Mapping, p: dict, routines: dict) -> dict:
+        """The first half of a pass of pom2k's main loop: :meth:`terms`,
+        then the external mode (its vamax, imax, jmax and any cg_residual
+        in the result)."""
+        return self.external.external_mode(self.terms(state, p, routines), p, routines)
+
+    def runs_internal_mode(self, iint: int, time0: float) -> bool:
+        """Not on a cold start's first step, nor in mode 2."""
+        return (iint != 1 or time0 != 0.0) and self.config.mode != 2
 
     def internal_pass(self, s: dict, iint: int, p: dict, routines: dict, time0: float) -> dict:
-        """The second half: the internal mode (not on a cold start's first
-        step, nor in mode 2) and the end-of-step time-level shifts."""
-        if (iint != 1 or time0 != 0.0) and self.config.mode != 2:
+        """The second half: the internal mode (:meth:`runs_internal_mode`)
+        and the end-of-step time-level shifts."""
+        if self.runs_internal_mode(iint, time0):
             s = stepping.internal_step(s, p, routines)
         return stepping.end_of_step(s)
 
     def _pass(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
         c = self.config
-        s = self.external_pass(state, p, routines)
+        # the compiled graphs (compile=True) but for what they do not serve
+        # (pompy.core.compiled): fortran_math's host callbacks, tangents,
+        # torch.func transforms and reverse-mode gradients
+        compiled = (self.graphs is not None and not compat.in_force() and not _traced(state)
+                    and not _recording(state, p))
+        run = self.graphs if compiled else self
+        s = run.external_pass(state, p, routines)
         # the velocity check: the first value read from the device this
         # step (a NaN fails it; pom2k's check skips NaN)
         residual = s.pop("cg_residual", None)        # an implicit free surface's solver
@@ -563,7 +592,7 @@ class Core:
         imax, jmax = s.pop("imax"), s.pop("jmax")
         going = vamax <= c.vmaxl and (residual is None or residual <= c.cg_tol * _SLACK)
         if going:
-            s = self.internal_pass(s, iint, p, routines, time0)
+            s = run.internal_pass(s, iint, p, routines, time0)
             going = all_finite(s)              # the second value read
         return s, vamax, imax, jmax, going, residual
 

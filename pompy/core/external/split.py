@@ -131,8 +131,10 @@ class SplitExplicit:
 
     core_name = "explicit"
     checked_field = "vaf"
+    step = staticmethod(external_step)
 
-    def external_mode(self, s: dict, p: dict, routines: Mapping[str, Callable]) -> dict:
+    def begin(self, s: dict, p: dict) -> dict:
+        """The sums before the first pass: egf, utf, vtf from time level n."""
         s = dict(s)
         isplit = p["isplit"]
         im, jm = s["h"].shape
@@ -141,6 +143,14 @@ class SplitExplicit:
         s["egf"] = s["el"] * (1.0 / float(isplit))
         s["utf"] = inside(ua * (d + xm(d)) * isp2i, s["utf"], i=(2, im))
         s["vtf"] = inside(va * (d + ym(d)) * isp2i, s["vtf"], j=(2, jm))
-        for iext in range(1, isplit + 1):
-            s = external_step(s, dict(p, iext=iext), routines)
+        return s
+
+    def passes(self, p: dict) -> list[PassKind]:
+        """The kind of each pass iext = 1..isplit."""
+        return [pass_kind(iext, p["isplit"], p["ispadv"]) for iext in range(1, p["isplit"] + 1)]
+
+    def external_mode(self, s: dict, p: dict, routines: Mapping[str, Callable]) -> dict:
+        s = self.begin(s, p)
+        for kind in self.passes(p):
+            s = self.step(s, p, routines, kind)
         return s

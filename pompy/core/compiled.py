@@ -1,0 +1,127 @@
+"""Whole-step compilation: ``Core(..., compile=True)``.
+
+A pass of pom2k's main loop runs as a few torch.compile graphs, each a
+function of tensors only, everything Python decides resolved before
+tracing:
+
+    terms       surface forcing, the 3-D terms of the 2-D mode and the
+                scheme's start of the external mode (``begin``)
+    passes      ``CHUNK`` external passes at a time, one graph per run of
+                pass kinds (pompy.core.external.split.PassKind): for the
+                seamount's isplit 30, ispadv 5 two graphs, six calls a step
+    internal    internal_step and end_of_step (not on a cold start's
+                first step, as in Core.internal_pass)
+
+A scheme without ``passes`` (the implicit one) compiles its external_mode
+whole. The time-varying parameter (the forcing ramp) and any tensor among
+the parameters (--learn's) are graph inputs, so a step never recompiles;
+each graph has a code object of its own, so Dynamo looks up one graph's
+versions only. The host reads (the velocity and finiteness checks) stay
+between the graphs, in Core._pass. Inductor's on-disk cache (under
+TORCHINDUCTOR_CACHE_DIR) makes a second process start without compiling.
+
+Core._pass runs eagerly, through the same code, what the graphs do not
+serve: a forward-mode tangent or a torch.func transform (the ensemble's
+vmap), pompy.compat.fortran_math (its host callbacks), and a step that
+autograd records. The safe ops' autograd.Functions (pompy.utils.safety)
+have forward-mode rules, which Dynamo does not trace: with gradients a
+step broke into about 150 graphs at 8x7x5, whose Inductor compilation took
+18 minutes on two cores (their gradients were eager's to 3.2e-16), and AOT
+autograd would fix at compile time the gradient policy that pompy resolves
+where the backward pass runs. So the graphs serve runs without gradients
+(data generation, benchmarks, inference; a --learn run's validation).
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Hashable, Mapping
+
+import torch
+
+from pompy.core import stepping
+
+# external passes per graph at most (a graph of all 30 took minutes to compile)
+CHUNK = 5
+# versions of one graph Dynamo keeps (grad or not, float32/64, ...); its
+# default of 8 is raised only while a compiled step runs
+RECOMPILE_LIMIT = 64
+# torch.compile's backend (the tests trace with "aot_eager": the same graphs
+# in seconds, not minutes)
+BACKEND = "inductor"
+_RAMP = "ramp"
+_CHECK = ("vamax", "imax", "jmax")
+# pompy.calls' binders are lru_cached pure functions of their strings, which
+# Dynamo traces through (and warns of)
+_LRU_WARNING = "Dynamo detected a call to a `functools.lru_cache`-wrapped function"
+
+
+def chunks(kinds: list, size: int = CHUNK) -> list[tuple]:
+    """The passes in runs of the largest divisor of their number up to
+    ``size``: runs of equal kinds share one graph."""
+    n = len(kinds)
+    width = max(d for d in range(1, min(size, n) + 1) if n % d == 0) if n else 1
+    return [tuple(kinds[i:i + width]) for i in range(0, n, width)]
+
+
+class StepGraphs:
+    """The compiled halves of a pass of ``core``'s main loop, with
+    Core.external_pass's and Core.internal_pass's signatures."""
+
+    def __init__(self, core):
+        self.core = core
+        self._graphs: dict[Hashable, Callable] = {}
+
+    def _graph(self, key: Hashable, fn: Callable[[dict, dict], dict], names: tuple,
+               p: Mapping) -> Callable:
+        """``fn(s, p) -> s`` compiled as a function of the tensors of ``s``
+        (``names``), the ramp and the tensors among ``p``."""
+        tensors = tuple(k for k, v in p.items() if torch.is_tensor(v))
+        fixed = {k: v for k, v in p.items() if k not in tensors and k != _RAMP}
+        key = (key, names, tensors, tuple(sorted(fixed.items())))
+        graph = self._graphs.get(key)
+        if graph is None:
+            n, inputs = len(names), (_RAMP, *tensors)
+
+            def run(*args):
+                return fn(dict(zip(names, args[:n])), {**fixed, **dict(zip(inputs, args[n:]))})
+            # a code object of its own: Dynamo keeps versions per code object
+            run.__code__ = run.__code__.replace(co_name=f"pompy_{len(self._graphs)}")
+            graph = self._graphs[key] = torch.compile(run, backend=BACKEND, dynamic=False)
+        return graph
+
+    def _call(self, key: Hashable, fn: Callable[[dict, dict], dict], state: Mapping,
+              p: Mapping) -> dict:
+        names = tuple(state)
+        ramp = torch.tensor(float(p.get(_RAMP, 1.0)), dtype=torch.float64,
+                            device=self.core.device)
+        tensors = [v for v in p.values() if torch.is_tensor(v)]
+        graph = self._graph(key, fn, names, p)
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
+                warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_LRU_WARNING)
+            return dict(graph(*state.values(), ramp, *tensors))
+
+    def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
+        core, part = self.core, self.core.external
+        if not hasattr(part, "passes"):
+            return self._call(("external", *routines.values()),
+                              lambda s, q: core.external_pass(s, q, routines), state, p)
+        s = self._call(("terms", *routines.values()), lambda s, q: part.begin(core.terms(s, q, routines), q), state, p)
+        for run in chunks(part.passes(p)):
+            def passes(s, q, run=run):
+                for kind in run:
+                    s = part.step(s, q, routines, kind)
+                return s
+            # each pass writes the check's values anew: not an input, so the
+            # first run of a step shares the graph of the runs after it
+            s = {n: v for n, v in s.items() if n not in _CHECK}
+            s = self._call(("passes", run, *routines.values()), passes, s, p)
+        return s
+
+    def internal_pass(self, s: dict, iint: int, p: dict, routines: Mapping,
+                      time0: float) -> dict:
+        if not self.core.runs_internal_mode(iint, time0):
+            return stepping.end_of_step(s)
+        return self._call(("internal", *routines.values()),
+                          lambda s, q: stepping.end_of_step(stepping.internal_step(s, q, routines)),
+                          s, p)

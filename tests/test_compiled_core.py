@@ -1,0 +1,142 @@
+"""Whole-step compilation (``compile=True``, pompy.core.compiled): the
+graphs it makes, that a step never recompiles them, and that values and
+gradients through them are eager's.
+
+Traced here with Dynamo's "eager" backend (its graphs run op by op, as
+eager runs them): the same graphs as Inductor's in a minute, not ten. Inductor itself is checked at 65x49x21 by
+``validation/compiled_core.py`` (minutes of compilation): measured there,
+states equal to eager's to the last bit after 8 steps.
+"""
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from pompy.compat import fortran_math
+from pompy.config import load_config
+from pompy.core import compiled
+from pompy.core.explicit import ExplicitCore
+from pompy.core.implicit import ImplicitCore
+
+CONFIGS = Path(__file__).parents[1] / "configs"
+
+
+def tiny(**changes):
+    """An 8x7x5 seamount, isplit 9, ispadv 3: passes in three runs of
+    three, the first two of one kind (advave on the third), the last with
+    etf's sums."""
+    config = load_config(CONFIGS / "seamount.nml")
+    return dataclasses.replace(config, **{**dict(im=8, jm=7, kb=5, kl1=2, kl2=3, isplit=9,
+                                                 ispadv=3), **changes})
+
+
+def counting(backend: str, made: list):
+    """torch.compile's ``backend``, counting the graphs Dynamo hands it."""
+    inner = torch._dynamo.lookup_backend(backend)
+
+    def compile_graph(gm, inputs):
+        made.append(gm)
+        return inner(gm, inputs)
+    return compile_graph
+
+
+@pytest.fixture
+def graphs_made(monkeypatch):
+    """The graphs made, by Dynamo alone (its graphs run op by op, as eager)."""
+    made = []
+    monkeypatch.setattr(compiled, "BACKEND", counting("eager", made))
+    torch._dynamo.reset()
+    yield made
+    torch._dynamo.reset()
+
+
+def stepped(core, steps):
+    core.run_initialization()
+    core.iend = steps
+    core.run_time_loop()
+    return core
+
+
+def test_chunks_run_equal_kinds_through_one_graph():
+    assert compiled.chunks(list("aaaaabbbbb")) == [tuple("aaaaa"), tuple("bbbbb")]
+    assert compiled.chunks(list(range(30))) == [tuple(range(i, i + 5)) for i in range(0, 30, 5)]
+    assert compiled.chunks(list(range(9))) == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
+    assert compiled.chunks(list(range(7))) == [(n,) for n in range(7)]      # 7 is prime
+    assert compiled.chunks([]) == []
+
+
+def test_compiled_steps_equal_eager_and_never_recompile(graphs_made):
+    """Four graphs (terms, two kinds of pass runs, the internal step),
+    made in the first two steps; four more steps, each with its own ramp,
+    make none; every field equals eager's to the last bit."""
+    config = tiny(lramp=True)                 # the ramp changes every step
+    core = stepped(ExplicitCore(config, compile=True), 2)
+    assert len(core.graphs._graphs) == 4
+    made = len(graphs_made)
+    core.iend = 6
+    core.run_time_loop()
+    assert len(graphs_made) == made
+    eager = stepped(ExplicitCore(config), 6)
+    for name, want in eager.state.items():
+        assert torch.equal(core.state[name], want), name
+
+
+def test_steps_autograd_records_run_eagerly(graphs_made):
+    """A recorded step runs eagerly (see pompy.core.compiled: no graph made,
+    the gradient eager's to the last bit); a step after it without
+    gradients is compiled again."""
+    config = tiny(isplit=3, ispadv=3)
+
+    def gradient(core):
+        el0 = core.el.clone().requires_grad_(True)
+        core.el = el0
+        core.iend = 4
+        core.run_time_loop()
+        (core.u.square().sum() + core.el.sum() + 1e-3 * core.t.sum()).backward()
+        return el0.grad
+
+    core, eager = ExplicitCore(config, compile=True), ExplicitCore(config)
+    with torch.no_grad():                     # the graphs the last step reuses
+        stepped(core, 2)
+        stepped(eager, 2)
+    made = len(graphs_made)
+    assert made > 0
+    called = []
+    graph_call = core.graphs._call
+    core.graphs._call = lambda *args: called.append(args[0][0]) or graph_call(*args)
+    got, want = gradient(core), gradient(eager)
+    assert want.abs().max() > 0 and torch.equal(got, want)
+    assert len(graphs_made) == made and called == []
+    with torch.no_grad():
+        for c in (core, eager):
+            c.iend = 5
+            c.run_time_loop()
+    assert len(graphs_made) == made and called == ["terms", "passes", "internal"]
+    assert all(torch.equal(core.state[n], eager.state[n]) for n in ("el", "u", "t", "q2"))
+
+
+def test_what_the_graphs_do_not_serve_runs_eagerly(graphs_made):
+    """fortran_math's host callbacks and the ensemble's vmap go eagerly
+    through the same code: no graph made, states as an eager core's."""
+    config = tiny()
+    with fortran_math():
+        core = stepped(ExplicitCore(config, compile=True), 3)
+        eager = stepped(ExplicitCore(config), 3)
+    assert graphs_made == [] and core.graphs._graphs == {}
+    for name, want in eager.state.items():
+        assert torch.equal(core.state[name], want), name
+
+
+def test_implicit_core_compiles_its_external_mode_whole(graphs_made):
+    config = tiny(isplit=15, ispadv=5)
+    core = stepped(ImplicitCore(config, compile=True), 3)
+    assert {key[0][0] for key in core.graphs._graphs} == {"external", "internal"}
+    eager = stepped(ImplicitCore(config), 3)
+    for name in ("el", "u", "v", "t", "s", "q2"):
+        torch.testing.assert_close(core.state[name], eager.state[name], rtol=0, atol=0)
+
+
+def test_compile_choice_is_checked():
+    with pytest.raises(ValueError, match="compile='yes'"):
+        ExplicitCore(tiny(), compile="yes")

@@ -1,0 +1,110 @@
+"""Whole-step compilation with Inductor (``ExplicitCore(..., compile=True)``):
+cold and warm compile times, the time per step, and the state against an
+eager core's.
+
+    python3 validation/compiled_core.py                       # 65x49x21, 8 steps
+    python3 validation/compiled_core.py --grid 33x25x21 --steps 4 --dtype float32
+
+Runs itself twice in fresh processes sharing one new Inductor cache
+directory (TORCHINDUCTOR_CACHE_DIR): the first compiles cold, the second
+finds the graphs on disk. Each process warms up two steps (the cold start's
+first step, then one with the internal mode: where the graphs are made),
+times --steps more without gradients, and compares every field with an
+eager core's after the same steps (largest difference, relative to the
+field's largest magnitude). One Markdown table to stdout, with the load
+average. The tests (tests/test_compiled_core.py) check the graphs with
+Dynamo alone; this is where Inductor's code is checked.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from benchmark import grid_config, load, refuse, time_oracle  # noqa: E402
+
+from pompy.core.explicit import ExplicitCore  # noqa: E402
+from pompy.errors import ConfigError  # noqa: E402
+
+WARMUP = 2
+
+
+def stepped(core, steps: int) -> float:
+    """Seconds per step of ``steps`` more steps, without gradients."""
+    with torch.no_grad():
+        core.iend = core.iint + steps
+        start = time.perf_counter()
+        core.run_time_loop()
+    return (time.perf_counter() - start) / steps
+
+
+def child(grid: str, steps: int, dtype: torch.dtype) -> dict:
+    config = grid_config(grid)
+    compiled = ExplicitCore(config, dtype=dtype, compile=True)
+    compiled.run_initialization()
+    warmup = stepped(compiled, WARMUP) * WARMUP
+    per_step = stepped(compiled, steps)
+    eager = ExplicitCore(config, dtype=dtype)
+    eager.run_initialization()
+    stepped(eager, WARMUP)
+    eager_step = stepped(eager, steps)
+    worst, where = 0.0, ""
+    for name, want in eager.state.items():
+        got = compiled.state[name]
+        scale = float(want.abs().max()) or 1.0
+        diff = float((got - want).abs().max()) / scale
+        if diff > worst or not where:
+            worst, where = diff, name
+    return dict(warmup=warmup, ms=per_step * 1e3, eager_ms=eager_step * 1e3,
+                oracle_ms=time_oracle(config, steps) * 1e3, worst=worst, field=where,
+                graphs=len(compiled.graphs._graphs), load=load())
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", default="65x49x21", help="IMxJMxKB")
+    parser.add_argument("--steps", type=int, default=8, help="timed internal steps")
+    parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.threads < 1:
+        refuse(f"--steps {args.steps}, --threads {args.threads}: at least 1")
+    try:
+        grid_config(args.grid)
+    except (ValueError, ConfigError) as exc:
+        refuse(f"--grid {args.grid}: {exc}")
+    torch.set_num_threads(args.threads)
+    if args.child:
+        print(json.dumps(child(args.grid, args.steps, getattr(torch, args.dtype))))
+        return
+    print(f"| {args.grid} {args.dtype}, {args.threads} thread(s) | Inductor cache | warm-up (s) "
+          "| graphs | ms / step | eager ms / step | oracle ms / step | compiled / oracle "
+          "| largest difference from eager | load avg |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+        for run in ("cold", "warm"):
+            out = subprocess.run([sys.executable, __file__, "--child", "--grid", args.grid,
+                                  "--steps", str(args.steps), "--dtype", args.dtype,
+                                  "--threads", str(args.threads)],
+                                 env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"compiled_core: the {run} run failed:\n{out.stderr[-4000:]}")
+            r = json.loads(out.stdout.splitlines()[-1])
+            print(f"| {run} | {'empty' if run == 'cold' else 'filled'} | {r['warmup']:.1f} | "
+                  f"{r['graphs']} | {r['ms']:.1f} | {r['eager_ms']:.1f} | {r['oracle_ms']:.1f} | "
+                  f"{r['ms'] / r['oracle_ms']:.2f} | {r['worst']:.1e} ({r['field']}) | "
+                  f"{r['load']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
