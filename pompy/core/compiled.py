@@ -99,7 +99,9 @@ class StepGraphs:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
-            return dict(graph(*state.values(), ramp, *tensors))
+            # the graphs serve steps autograd does not record: detached, a
+            # tensor left requiring grad by an earlier step is no new version
+            return dict(graph(*(t.detach() for t in (*state.values(), ramp, *tensors))))
 
     def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
         core, part = self.core, self.core.external
