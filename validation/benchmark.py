@@ -252,12 +252,22 @@ def cuda_vs_cpu(core, config) -> float:
     cpu = ExplicitCore(config, dtype=torch.float64)
     cpu.run_initialization()
     run(cpu, core.iint, "cpu")
-    worst = 0.0
-    for name in variables.names("prognostic"):
-        want, got = cpu.state[name], core.state[name].to("cpu", torch.float64)
+    return largest_difference(core.state, cpu.state, variables.names("prognostic"))[0]
+
+
+def largest_difference(state, reference, names) -> tuple[float, str]:
+    """The largest difference of ``state``'s fields ``names`` from
+    ``reference``'s (on its device, in its dtype), relative to each
+    reference field's largest magnitude, and the field."""
+    worst, where = 0.0, names[0]
+    for name in names:
+        want = reference[name]
+        got = state[name].to(want.device, want.dtype)
         scale = want.abs().max().item()
-        worst = max(worst, (got - want).abs().max().item() / (scale if scale > 0 else 1.0))
-    return worst
+        diff = (got - want).abs().max().item() / (scale if scale > 0 else 1.0)
+        if diff > worst:
+            worst, where = diff, name
+    return worst, where
 
 
 def main(argv=None) -> None:

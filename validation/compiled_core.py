@@ -23,46 +23,29 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from benchmark import grid_config, load, refuse, time_oracle  # noqa: E402
+from benchmark import (WARMUP, grid_config, largest_difference, load, refuse, run,  # noqa: E402
+                       time_oracle)
 
 from pompy.core.explicit import ExplicitCore  # noqa: E402
 from pompy.errors import ConfigError  # noqa: E402
-
-WARMUP = 2
-
-
-def stepped(core, steps: int) -> float:
-    """Seconds per step of ``steps`` more steps, without gradients."""
-    with torch.no_grad():
-        core.iend = core.iint + steps
-        start = time.perf_counter()
-        core.run_time_loop()
-    return (time.perf_counter() - start) / steps
 
 
 def child(grid: str, steps: int, dtype: torch.dtype) -> dict:
     config = grid_config(grid)
     compiled = ExplicitCore(config, dtype=dtype, compile=True)
     compiled.run_initialization()
-    warmup = stepped(compiled, WARMUP) * WARMUP
-    per_step = stepped(compiled, steps)
+    warmup = run(compiled, WARMUP, "cpu") * WARMUP
+    per_step = run(compiled, steps, "cpu")
     eager = ExplicitCore(config, dtype=dtype)
     eager.run_initialization()
-    stepped(eager, WARMUP)
-    eager_step = stepped(eager, steps)
-    worst, where = 0.0, ""
-    for name, want in eager.state.items():
-        got = compiled.state[name]
-        scale = float(want.abs().max()) or 1.0
-        diff = float((got - want).abs().max()) / scale
-        if diff > worst or not where:
-            worst, where = diff, name
+    run(eager, WARMUP, "cpu")
+    eager_step = run(eager, steps, "cpu")
+    worst, where = largest_difference(compiled.state, eager.state, tuple(eager.state))
     return dict(warmup=warmup, ms=per_step * 1e3, eager_ms=eager_step * 1e3,
                 oracle_ms=time_oracle(config, steps) * 1e3, worst=worst, field=where,
                 graphs=len(compiled.graphs._graphs), load=load())

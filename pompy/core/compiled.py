@@ -45,8 +45,8 @@ CHUNK = 5
 # versions of one graph Dynamo keeps (grad or not, float32/64, ...); its
 # default of 8 is raised only while a compiled step runs
 RECOMPILE_LIMIT = 64
-# torch.compile's backend (the tests trace with "aot_eager": the same graphs
-# in seconds, not minutes)
+# torch.compile's backend (the tests trace with Dynamo's "eager": the same
+# graphs in a minute, not ten)
 BACKEND = "inductor"
 _RAMP = "ramp"
 _CHECK = ("vamax", "imax", "jmax")
@@ -108,7 +108,8 @@ class StepGraphs:
         if not hasattr(part, "passes"):
             return self._call(("external", *routines.values()),
                               lambda s, q: core.external_pass(s, q, routines), state, p)
-        s = self._call(("terms", *routines.values()), lambda s, q: part.begin(core.terms(s, q, routines), q), state, p)
+        s = self._call(("terms", *routines.values()),
+                       lambda s, q: part.begin(core.terms(s, q, routines), q), state, p)
         for run in chunks(part.passes(p)):
             def passes(s, q, run=run):
                 for kind in run:
