@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--overwrite", action="store_true",
                          help="replace the output and restart of an earlier run in the output folder "
                               "(never the restart given to --restart)")
+    run_cmd.add_argument("--check-every", type=positive_int, default=1, metavar="N",
+                         help="read the velocity and finiteness checks from the device every N "
+                              "steps (default 1, pom2k's); a stop still names the first bad step")
     run_cmd.add_argument("--force", action="store_true",
                          help="run even if the estimated memory exceeds what is available")
     run_cmd.add_argument("--oracle", action="store_true",
@@ -203,7 +206,7 @@ def run_command(args: argparse.Namespace) -> int:
         run_case(config, output, core=args.core, steps=args.steps, restart=restart,
                  device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check,
                  overwrite=args.overwrite, force=args.force, fortran_math=args.fortran_math,
-                 oracle=args.oracle)
+                 oracle=args.oracle, check_every=args.check_every)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3

@@ -83,12 +83,15 @@ def check_device(core: str, device: str, dtype: str, fortran_math: bool = False)
 
 def make_model(config: Config, core: str = "explicit", device: str = "cpu",
                dtype: str = "float64", restart: Path | Restart | None = None,
-               check_cfl: bool = False, oracle: bool = False):
+               check_cfl: bool = False, oracle: bool = False, check_every: int = 1):
     """A set-up model of ``core`` (one set-up), with ``check_cfl`` its CFL
     limit checked on that set-up (as `pompy run` does), at iint 0 or at
     the step of the restart (a file, or one read_restart gave). ``oracle``
-    with core "implicit": the implicit core's Fortran twin."""
+    with core "implicit": the implicit core's Fortran twin. A torch core
+    reads its stop checks every ``check_every`` steps (Core.check_every)."""
     check_device("oracle" if oracle else core, device, dtype)
+    if check_every != 1 and (core == "oracle" or oracle):
+        raise InputError("--check-every is for the torch cores (the Fortran checks every step)")
     if core == "oracle" or oracle:
         from pompy.oracle.driver import OracleModel
 
@@ -100,7 +103,7 @@ def make_model(config: Config, core: str = "explicit", device: str = "cpu",
         from pompy.core.implicit import ImplicitCore
 
         kind = ImplicitCore if core == "implicit" else ExplicitCore
-        model = kind(config, device=device, dtype=getattr(torch, dtype))
+        model = kind(config, device=device, dtype=getattr(torch, dtype), check_every=check_every)
         model.run_initialization()
     if check_cfl:                                   # the set-up's own grid, not a copy
         (check_internal_cfl if core == "implicit" else check_external_cfl)(config, model.state)
@@ -213,7 +216,8 @@ class Progress:
 def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: int | None = None,
              restart: Path | Restart | None = None, device: str = "cpu", dtype: str = "float64",
              progress: bool = True, check_cfl: bool = False, overwrite: bool = False,
-             force: bool = False, fortran_math: bool = False, oracle: bool = False):
+             force: bool = False, fortran_math: bool = False, oracle: bool = False,
+             check_every: int = 1):
     """Run a case: ``<core>_output.nc`` at the record steps and
     ``<core>_restart.nc`` every ``restart_every`` days and at the end (a run
     continued from a restart at step N writes ``..._from_<N>.nc`` files:
@@ -243,7 +247,7 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
         print(f"pompy: the output will take about {gigabytes(size)} ({len(records)} records); "
               "--output-every DAYS writes fewer", file=sys.stderr)
     with _elementary_functions(fortran_math):
-        model = make_model(config, core, device, dtype, saved, check_cfl, oracle)
+        model = make_model(config, core, device, dtype, saved, check_cfl, oracle, check_every)
         return _time_loop(model, config, name, first, last, records, out_path, restart_path,
                           progress, fortran_math)
 

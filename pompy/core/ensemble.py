@@ -102,6 +102,20 @@ class Ensemble:
         its single run is stepped again from its last good state, which
         raises the stop a core would (``exc.member`` set); the ensemble then
         holds the last good state (also in ``last_good``)."""
+        good = self.state
+        out, checks = self._batched(iint)
+        self.vamax = checks["vamax"]
+        failed = self._failed(checks)
+        if failed is None:
+            self.state, self.iint = out, iint
+            return
+        self.last_good = good
+        raise self._stop(failed, iint)
+
+    def _batched(self, iint: int) -> tuple[dict, dict]:
+        """Every member's step iint from the current state: the new state
+        and the checks' tensors (vamax, imax, jmax, cg_residual, finite;
+        nothing read)."""
         if compat.in_force():
             raise RuntimeError("pompy.compat.fortran_math cannot run batched: step members singly")
         good, grid = self.state, self.grid
@@ -121,25 +135,21 @@ class Ensemble:
                 out = torch.vmap(one)(good)
         checks = {n: out.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual", "finite")
                   if n in out}
-        self.vamax = checks["vamax"]
-        failed = self._failed(checks)
-        if failed is None:
-            self.state, self.iint = out, iint
-            return
-        self.last_good = good
-        raise self._stop(failed, iint)
+        return out, checks
+
+    def _passed(self, checks: dict) -> torch.Tensor:
+        """Whether each member's step passes a core's checks, (B,) bool (no read)."""
+        c = self.core.config
+        passed = (checks["vamax"] <= c.vmaxl) & checks["finite"]
+        if "cg_residual" in checks:
+            passed = passed & (checks["cg_residual"] <= c.cg_tol * _SLACK)
+        return passed
 
     def _failed(self, checks: dict) -> int | None:
         """The first member whose step fails a core's checks (one host read
         for all), or None."""
-        c = self.core.config
-        residual = checks.get("cg_residual", torch.zeros_like(checks["vamax"]))
-        vamax, res, finite = torch.stack([checks["vamax"].to(residual.dtype), residual,
-                                          checks["finite"].to(residual.dtype)]).tolist()
-        for m in range(self.members):
-            if not (vamax[m] <= c.vmaxl and res[m] <= c.cg_tol * _SLACK and finite[m] == 1.0):
-                return m
-        return None
+        passed = self._passed(checks).tolist()
+        return next((m for m in range(self.members) if not passed[m]), None)
 
     def _stop(self, m: int, iint: int) -> ModelStop:
         """Member m's stop at step iint as its single run gives it: a core of
@@ -162,12 +172,33 @@ class Ensemble:
                            "did not: a bug, please report it")
 
     def advance(self, last: int, on_step: Callable[[int, torch.Tensor], None] | None = None) -> None:
-        """Steps iint+1 .. last; ``on_step(iint, vamax)`` after each (vamax
-        of every member, (B,))."""
-        for iint in range(self.iint + 1, last + 1):
-            self.step(iint)
+        """Steps iint+1 .. last; ``on_step(iint, vamax)`` after each checked
+        step (vamax of every member, (B,)): each step, or every
+        ``check_every`` steps as the core's (:meth:`Core._block`)."""
+        every = self.core.check_every
+        while self.iint < last:
+            if every == 1:
+                self.step(self.iint + 1)
+            else:
+                self._block(self.iint + 1, min(self.iint + every, last))
             if on_step is not None:
-                on_step(iint, self.vamax)
+                on_step(self.iint, self.vamax)
+
+    def _block(self, first: int, last: int) -> None:
+        """Steps first..last with one host read for their checks; if a
+        member failed one, the steps again from the block's start, each
+        checked (so the stop is the one :meth:`step` gives)."""
+        good, passed = self.state, None
+        for iint in range(first, last + 1):
+            self.state, checks = self._batched(iint)
+            self.iint, self.vamax = iint, checks["vamax"]
+            ok = self._passed(checks).all()
+            passed = ok if passed is None else passed & ok
+        if bool(passed):
+            return
+        self.state, self.iint = good, first - 1
+        for iint in range(first, last + 1):
+            self.step(iint)
 
     def snapshot(self, m: int) -> dict:
         """Member m's :meth:`Core.snapshot` record (detached copies)."""

@@ -22,6 +22,7 @@ class ImplicitCore(Core):
 
     def __init__(self, config: Config, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float64, compile: bool | str = False,
-                 checkpoint: str | None = None, policies: GradientPolicyConfig | None = None):
+                 checkpoint: str | None = None, policies: GradientPolicyConfig | None = None,
+                 check_every: int = 1):
         super().__init__(config, SemiImplicit(), device=device, dtype=dtype, compile=compile,
-                         checkpoint=checkpoint, policies=policies)
+                         checkpoint=checkpoint, policies=policies, check_every=check_every)

@@ -213,10 +213,14 @@ def first_non_finite(state: Mapping) -> tuple[str, tuple[int, ...]]:
     raise ValueError("every field is finite")
 
 
+def finite(s: Mapping) -> torch.Tensor:
+    """Whether every prognostic field is finite, as a tensor (no read)."""
+    return torch.stack([torch.isfinite(s[n]).all() for n in variables.names("prognostic")]).all()
+
+
 def all_finite(s: Mapping) -> bool:
     """Whether every prognostic field is finite (one read from the device)."""
-    return bool(torch.stack([torch.isfinite(s[n]).all()
-                             for n in variables.names("prognostic")]).all())
+    return bool(finite(s))
 
 
 class Core:
@@ -224,7 +228,8 @@ class Core:
 
     def __init__(self, config: Config, external, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float64, compile: bool | str = False,
-                 checkpoint: str | None = None, policies: GradientPolicyConfig | None = None):
+                 checkpoint: str | None = None, policies: GradientPolicyConfig | None = None,
+                 check_every: int = 1):
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype {dtype}: the core runs in torch.float64 or torch.float32")
         if checkpoint not in CHECKPOINTS:
@@ -233,6 +238,8 @@ class Core:
             raise TypeError(f"policies must be a GradientPolicyConfig, got {type(policies).__name__}")
         if compile not in COMPILES:
             raise ValueError(f"compile={compile!r}: one of {COMPILES}")
+        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+            raise ValueError(f"check_every={check_every!r}: a whole number >= 1")
         object.__setattr__(self, "state", {})
         self.external = external
         # compile=True: whole-step graphs (pompy.core.compiled); "routines":
@@ -269,6 +276,8 @@ class Core:
         # checkpoint="steps": steps per outer checkpoint of a window (None:
         # about sqrt of the window's steps; 1: every step on its own)
         self.checkpoint_segment: int | None = None
+        # steps between the stop checks' host reads (1: pom2k's, every step)
+        self.check_every = check_every
 
     @property
     def name(self) -> str:
@@ -418,13 +427,45 @@ class Core:
             segment = self._segment_length(callback)
             while segment > 1 and self.iend - self.iint > segment:
                 self._segment(self.iint + 1, self.iint + segment)
-            for iint in range(self.iint + 1, self.iend + 1):
-                self.step(iint)
-                if self.generation_fast_path and self.capture_interval > 0 \
-                        and iint % self.capture_interval == 0:
-                    self.generation_records.append(self.snapshot())
+            every = 1 if self._lean(self.state) else self.check_every
+            while self.iint < self.iend:
+                if every == 1:
+                    self.step(self.iint + 1)
+                    self._capture()
+                else:
+                    self._block(self.iint + 1, min(self.iint + every, self.iend))
                 if callback is not None:
                     callback(self)
+
+    def _capture(self) -> None:
+        """The generation fast path's snapshot, every ``capture_interval`` steps."""
+        if self.generation_fast_path and self.capture_interval > 0 \
+                and self.iint % self.capture_interval == 0:
+            self.generation_records.append(self.snapshot())
+
+    def _block(self, first: int, last: int) -> None:
+        """Steps first..last with one host read for all their checks
+        (``check_every``): each step's checks stay on the device. If one
+        failed, the steps run again from the block's start, checked one by
+        one, so the stop, its step and ``last_good`` are those of a run
+        checked every step (the core is deterministic)."""
+        good, time, kept = self.state, self.time, len(self.generation_records)
+        passed = None
+        for iint in range(first, last + 1):
+            s, vamax, _, _, ok, _ = self._advance(self.state, iint, *self._fixed(iint), check=False)
+            object.__setattr__(self, "state", s)
+            self.iint, self.time = iint, self._time(iint)
+            passed = ok if passed is None else passed & ok
+            self._capture()
+        passed, self.vamax = torch.stack([passed.to(vamax.dtype), vamax]).tolist()
+        if passed == 1.0:
+            return
+        object.__setattr__(self, "state", good)
+        self.iint, self.time = first - 1, time
+        del self.generation_records[kept:]
+        for iint in range(first, last + 1):
+            self.step(iint)
+            self._capture()
 
     def _time(self, iint: int) -> float:
         return self.config.dti * float(iint) / 86400.0 + self.time0
@@ -537,14 +578,17 @@ class Core:
         self.iint, self.time = last, self._time(last)
 
     def _advance(self, state: dict, iint: int, p: dict, routines: dict, time0: float,
-                 policies: tuple) -> tuple:
+                 policies: tuple, check: bool = True) -> tuple:
         """One pass of pom2k's main loop on ``state`` (not written), with the
         parameters ``p`` (ramp set), ``routines`` and gradient ``policies``
-        (captured_policies): the new state, vamax, (imax, jmax) and whether
-        the run may go on. A function of its arguments, so that it can be
-        recomputed (checkpoint="steps")."""
+        (captured_policies): the new state, vamax, (imax, jmax), whether
+        the run may go on and the solver's residual (None without one).
+        Without ``check`` nothing is read from the device: vamax, the
+        residual and whether it may go on are tensors, and the internal
+        mode runs whatever they say. A function of its arguments, so that
+        it can be recomputed (checkpoint="steps")."""
         with policies_in_force(policies):
-            return self._pass(state, iint, p, routines, time0)
+            return self._pass(state, iint, p, routines, time0, check)
 
     def terms(self, state: Mapping, p: dict, routines: dict) -> dict:
         """Surface forcing and the internal mode's terms the external mode
@@ -573,7 +617,8 @@ class Core:
             s = stepping.internal_step(s, p, routines)
         return stepping.end_of_step(s)
 
-    def _pass(self, state: dict, iint: int, p: dict, routines: dict, time0: float) -> tuple:
+    def _pass(self, state: dict, iint: int, p: dict, routines: dict, time0: float,
+              check: bool = True) -> tuple:
         c = self.config
         # the compiled graphs (compile=True) but for what they do not serve
         # (pompy.core.compiled): fortran_math's host callbacks, tangents,
@@ -582,6 +627,14 @@ class Core:
                     and not _recording(state, p))
         run = self.graphs if compiled else self
         s = run.external_pass(state, p, routines)
+        if not check:
+            vamax, residual = s.pop("vamax"), s.pop("cg_residual", None)
+            imax, jmax = s.pop("imax"), s.pop("jmax")
+            s = run.internal_pass(s, iint, p, routines, time0)
+            going = (vamax <= c.vmaxl) & finite(s)
+            if residual is not None:
+                going = going & (residual <= c.cg_tol * _SLACK)
+            return s, vamax, imax, jmax, going, residual
         # the velocity check: the first value read from the device this
         # step (a NaN fails it; pom2k's check skips NaN)
         residual = s.pop("cg_residual", None)        # an implicit free surface's solver
