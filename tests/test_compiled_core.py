@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from torch._dynamo.utils import counters
+
+from pompy.autodiff.policies import (GradientPolicy, GradientPolicyConfig, forward_policies_key,
+                                     forward_policy, gradient_policy, layer_policies)
 from pompy.compat import fortran_math
 from pompy.config import load_config
 from pompy.core import compiled
@@ -83,9 +87,10 @@ def test_compiled_steps_equal_eager_and_never_recompile(graphs_made):
 
 
 def test_steps_autograd_records_run_eagerly(graphs_made):
-    """A recorded step runs eagerly (see pompy.core.compiled: no graph made,
-    the gradient eager's to the last bit); a step after it without
-    gradients is compiled again."""
+    """A recorded step whose gradient policy a context around the backward
+    pass could still choose (no override in force: pompy.core.compiled)
+    runs eagerly: no graph made, the gradient eager's to the last bit; a
+    step after it without gradients is compiled again."""
     config = tiny(isplit=3, ispadv=3)
 
     def gradient(core):
@@ -114,6 +119,66 @@ def test_steps_autograd_records_run_eagerly(graphs_made):
             c.run_time_loop()
     assert len(graphs_made) == made and called == ["terms", "passes", "internal"]
     assert all(torch.equal(core.state[n], eager.state[n]) for n in ("el", "u", "t", "q2"))
+
+
+def test_gradients_through_compiled_steps_equal_eager(monkeypatch):
+    """With the policies decided in the forward pass (an override in
+    force), recorded steps run through the graphs, traced by AOT autograd
+    (backend aot_eager: its forward and backward graphs, run op by op):
+    the gradient of two steps' loss (from step 1: both run the internal
+    mode) with respect to the initial t is eager's to 1e-12 (measured:
+    equal to the last bit), with no graph break (the safe ops' compiled
+    variants); the graphs are keyed by the policies in force."""
+    made = []
+    monkeypatch.setattr(compiled, "BACKEND", counting("aot_eager", made))
+    torch._dynamo.reset()
+    config = tiny(isplit=3, ispadv=3)
+    policies = GradientPolicyConfig(override=GradientPolicy.PROJECT)
+
+    start = stepped(ExplicitCore(config), 1).numpy_state()
+
+    def gradient(compile):
+        core = ExplicitCore(config, compile=compile, policies=policies)
+        core.load_state(start, iint=1)
+        t0 = core.t.detach().clone().requires_grad_(True)
+        core.t = t0
+        core.iend = 3
+        core.run_time_loop()
+        (core.u.square().sum() + core.el.sum() + core.t.sum()).backward()
+        return core, t0.grad
+
+    counters.clear()
+    try:
+        core, got = gradient(True)
+        eager, want = gradient(False)
+        assert made and not counters["graph_break"]
+        with policies.activate():
+            assert {key[-1] for key in core.graphs._graphs} == {forward_policies_key()}
+    finally:
+        torch._dynamo.reset()
+    assert want.abs().max() > 0
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12 * want.abs().max().item())
+    for name in ("u", "el", "t", "q2"):
+        assert torch.equal(core.state[name], eager.state[name]), name
+
+
+def test_forward_policy_is_decided_in_the_forward_pass():
+    """What a compiled step's safe ops use: the explicit policy, else the
+    layer's entry, else the override with the registry under it; with none
+    of these in force it is undecided (refused)."""
+    assert forward_policy("advct", "clamp") == "clamp"
+    with gradient_policy(GradientPolicy.PASSTHROUGH):
+        assert forward_policy("advct", None) == "passthrough"
+        with layer_policies({"advct": GradientPolicy.CLAMP}):
+            assert forward_policy("advct", None) == "clamp"
+            assert forward_policy("profq", None) == "passthrough"
+        key = forward_policies_key()
+    with gradient_policy(GradientPolicy.PROJECT):
+        assert forward_policies_key() != key
+    with layer_policies({"advct": GradientPolicy.REJECT}):
+        assert forward_policy("advct", None) == "reject"
+        with pytest.raises(RuntimeError, match="not decided in the forward pass"):
+            forward_policy("profq", None)
 
 
 def test_what_the_graphs_do_not_serve_runs_eagerly(graphs_made):

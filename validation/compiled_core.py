@@ -4,6 +4,7 @@ eager core's.
 
     python3 validation/compiled_core.py                       # 65x49x21, 8 steps
     python3 validation/compiled_core.py --grid 33x25x21 --steps 4 --dtype float32
+    python3 validation/compiled_core.py --gradients --grid 21x17x11 --steps 3
 
 Runs itself twice in fresh processes sharing one new Inductor cache
 directory (TORCHINDUCTOR_CACHE_DIR): the first compiles cold, the second
@@ -14,6 +15,13 @@ eager core's after the same steps (largest difference, relative to the
 field's largest magnitude). One Markdown table to stdout, with the load
 average. The tests (tests/test_compiled_core.py) check the graphs with
 Dynamo alone; this is where Inductor's code is checked.
+
+With --gradients, one cold process instead: the gradient of a window of
+--steps recorded steps from the set-up (the initial t's), through the
+compiled graphs (AOT autograd, Inductor; the policies decided in the
+forward pass by an override, PROJECT) and eagerly: the first compiled
+window (compiling), a second one, the eager one, and the largest
+difference of the gradients relative to the largest eager one.
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -31,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from benchmark import (WARMUP, grid_config, largest_difference, load, refuse, run,  # noqa: E402
                        time_oracle)
 
+from pompy.autodiff.policies import GradientPolicy, GradientPolicyConfig  # noqa: E402
 from pompy.core.explicit import ExplicitCore  # noqa: E402
 from pompy.errors import ConfigError  # noqa: E402
 
@@ -51,12 +61,62 @@ def child(grid: str, steps: int, dtype: torch.dtype) -> dict:
                 graphs=len(compiled.graphs._graphs), load=load())
 
 
+def gradient_window(config, dtype, steps: int, compile: bool) -> tuple:
+    """Seconds for the forward and backward pass of a window of ``steps``
+    recorded steps from the set-up (the loss: u's squares, el and t
+    summed), the gradient with respect to the initial t, and the core."""
+    core = ExplicitCore(config, dtype=dtype, compile=compile,
+                        policies=GradientPolicyConfig(override=GradientPolicy.PROJECT))
+    core.run_initialization()
+    t0 = core.t.detach().clone().requires_grad_(True)
+    core.t = t0
+    core.iend = steps
+    start = time.perf_counter()
+    core.run_time_loop()
+    (core.u.square().sum() + core.el.sum() + core.t.sum()).backward()
+    return time.perf_counter() - start, t0.grad
+
+
+def gradient_child(grid: str, steps: int, dtype: torch.dtype) -> dict:
+    """The gradient through compiled recorded steps (AOT autograd with
+    Inductor) against eager's: the first window compiles, the second is
+    timed."""
+    config = grid_config(grid)
+    first, _ = gradient_window(config, dtype, steps, True)
+    compiled, got = gradient_window(config, dtype, steps, True)
+    eager, want = gradient_window(config, dtype, steps, False)
+    worst = ((got - want).abs().max() / want.abs().max()).item()
+    return dict(warmup=first, compiled_s=compiled, eager_s=eager, worst=worst, load=load())
+
+
+def gradients(args) -> None:
+    """One cold process: the gradient table."""
+    print(f"| {args.grid} {args.dtype}, {args.steps} recorded steps, {args.threads} thread(s) "
+          "| first window (s, compiling) | compiled window (s) | eager window (s) "
+          "| compiled / eager | largest difference from eager (relative) | load avg |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as cache:
+        out = subprocess.run([sys.executable, __file__, "--child", "--gradients", "--grid",
+                              args.grid, "--steps", str(args.steps), "--dtype", args.dtype,
+                              "--threads", str(args.threads)],
+                             env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache),
+                             capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"compiled_core: the gradient run failed:\n{out.stderr[-4000:]}")
+    r = json.loads(out.stdout.splitlines()[-1])
+    print(f"| forward + backward | {r['warmup']:.1f} | {r['compiled_s']:.2f} | "
+          f"{r['eager_s']:.2f} | {r['compiled_s'] / r['eager_s']:.2f} | {r['worst']:.1e} | "
+          f"{r['load']} |", flush=True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", default="65x49x21", help="IMxJMxKB")
     parser.add_argument("--steps", type=int, default=8, help="timed internal steps")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--gradients", action="store_true",
+                        help="time and check the gradient through --steps recorded steps instead")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.threads < 1:
@@ -67,7 +127,11 @@ def main(argv=None) -> None:
         refuse(f"--grid {args.grid}: {exc}")
     torch.set_num_threads(args.threads)
     if args.child:
-        print(json.dumps(child(args.grid, args.steps, getattr(torch, args.dtype))))
+        work = gradient_child if args.gradients else child
+        print(json.dumps(work(args.grid, args.steps, getattr(torch, args.dtype))))
+        return
+    if args.gradients:
+        gradients(args)
         return
     print(f"| {args.grid} {args.dtype}, {args.threads} thread(s) | Inductor cache | warm-up (s) "
           "| graphs | ms / step | eager ms / step | oracle ms / step | compiled / oracle "

@@ -334,12 +334,16 @@ def selected_policy(layer: str | None = None, policy: GradientPolicy | None = No
     """
     if policy is not None:
         return _check_policy(policy)
-    key = None if layer is None else _layer_key(layer)
     if torch.compiler.is_compiling():
         raise RuntimeError(
             "the gradient policy cannot be selected inside torch.compile (Dynamo cannot read "
             "the context-local override); call selected_policy(layer) outside the compiled "
             "region and pass the result as policy=")
+    return _selected(layer)
+
+
+def _selected(layer: str | None) -> GradientPolicy:
+    key = None if layer is None else _layer_key(layer)
     if key is not None and key in _LAYERS.get():
         return _LAYERS.get()[key]
     override = _OVERRIDE.get()
@@ -350,6 +354,32 @@ def selected_policy(layer: str | None = None, policy: GradientPolicy | None = No
         if registered is not None:
             return registered
     return GradientPolicy.CLAMP
+
+
+# Dynamo cannot trace ContextVar.get: a compiled graph takes the value this
+# had when traced, without a guard; pompy.core.compiled keys its graphs by
+# the policies in force (forward_policies_key), so none is used under others
+@torch.compiler.assume_constant_result
+def forward_policy(layer: str, policy: str | None) -> str:
+    """The value of the policy an op of ``layer`` (with ``policy=``, a
+    value, or None) gets when everything is decided in its forward pass:
+    the explicit levels, the override in force, the registered and built-in
+    defaults; a context around the backward pass alone is not consulted.
+    What a compiled step's safe ops use (see pompy.utils.safety)."""
+    if policy is not None:
+        return policy
+    override = _OVERRIDE.get()
+    key = _layer_key(layer)
+    if key not in _LAYERS.get() and override is None:
+        raise RuntimeError(f"pompy: the gradient policy of layer {layer!r} is not decided in the "
+                           "forward pass (no override in force): a compiled step cannot record it")
+    return _selected(layer).value
+
+
+def forward_policies_key() -> tuple:
+    """What :func:`forward_policy` reads (the override, the layer policies,
+    the registry), hashable: a compiled graph's policies."""
+    return _OVERRIDE.get(), tuple(sorted(_LAYERS.get().items())), tuple(sorted(_frozen.items()))
 
 
 def _check_mask(grad: Any, is_bottom: Any) -> None:

@@ -23,13 +23,14 @@ TORCHINDUCTOR_CACHE_DIR) makes a second process start without compiling.
 Core._pass runs eagerly, through the same code, what the graphs do not
 serve: a forward-mode tangent or a torch.func transform (the ensemble's
 vmap), pompy.compat.fortran_math (its host callbacks), and a step that
-autograd records. The safe ops' autograd.Functions (pompy.utils.safety)
-have forward-mode rules, which Dynamo does not trace: with gradients a
-step broke into about 150 graphs at 8x7x5, whose Inductor compilation took
-18 minutes on two cores (their gradients were eager's to 3.2e-16), and AOT
-autograd would fix at compile time the gradient policy that pompy resolves
-where the backward pass runs. So the graphs serve runs without gradients
-(data generation, benchmarks, inference; a --learn run's validation).
+autograd records while a safe op's gradient policy is not yet decided in
+the forward pass (no override in force: a context around the backward
+pass could still choose it, which a compiled backward cannot). With an
+override in force recorded steps run through the graphs: the safe ops
+trace as variants without forward-mode rules and with the policy fixed in
+the forward pass (pompy.utils.safety, policies.forward_policy), AOT
+autograd traces their backward, and the graphs are keyed by the policies
+in force; gradients equal eager's to the last bit (aot_eager, tests).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from collections.abc import Callable, Hashable, Mapping
 
 import torch
 
+from pompy.autodiff.policies import forward_policies_key, policy_override
 from pompy.core import stepping
 
 # external passes per graph at most (a graph of all 30 took minutes to compile)
@@ -71,13 +73,24 @@ class StepGraphs:
         self.core = core
         self._graphs: dict[Hashable, Callable] = {}
 
+    def records_gradients(self) -> bool:
+        """Whether the graphs may serve a step autograd records: where every
+        safe op's gradient policy is decided in the forward pass (an
+        override in force: a core's ``policies=GradientPolicyConfig(
+        override=...)``), which AOT autograd then traces into the backward
+        graph; else a context around the backward pass could still choose
+        it, and the step runs eagerly."""
+        return policy_override() is not None and self.core.checkpoint != "routines"
+
     def _graph(self, key: Hashable, fn: Callable[[dict, dict], dict], names: tuple,
-               p: Mapping) -> Callable:
+               p: Mapping, recording: bool) -> Callable:
         """``fn(s, p) -> s`` compiled as a function of the tensors of ``s``
-        (``names``), the ramp and the tensors among ``p``."""
+        (``names``), the ramp and the tensors among ``p``; a recorded step's
+        graph is also one of the gradient policies in force."""
         tensors = tuple(k for k, v in p.items() if torch.is_tensor(v))
         fixed = {k: v for k, v in p.items() if k not in tensors and k != _RAMP}
-        key = (key, names, tensors, tuple(sorted(fixed.items())))
+        key = (key, names, tensors, tuple(sorted(fixed.items())),
+               forward_policies_key() if recording else None)
         graph = self._graphs.get(key)
         if graph is None:
             n, inputs = len(names), (_RAMP, *tensors)
@@ -94,14 +107,15 @@ class StepGraphs:
         names = tuple(state)
         ramp = torch.tensor(float(p.get(_RAMP, 1.0)), dtype=torch.float64,
                             device=self.core.device)
-        tensors = [v for v in p.values() if torch.is_tensor(v)]
-        graph = self._graph(key, fn, names, p)
+        inputs = (*state.values(), ramp, *(v for v in p.values() if torch.is_tensor(v)))
+        recording = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+        graph = self._graph(key, fn, names, p, recording)
+        if not recording:       # a tensor left requiring grad by a recorded step: no new version
+            inputs = tuple(t.detach() for t in inputs)
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
-            # the graphs serve steps autograd does not record: detached, a
-            # tensor left requiring grad by an earlier step is no new version
-            return dict(graph(*(t.detach() for t in (*state.values(), ramp, *tensors))))
+            return dict(graph(*inputs))
 
     def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
         core, part = self.core, self.core.external

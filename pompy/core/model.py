@@ -624,7 +624,7 @@ class Core:
         # (pompy.core.compiled): fortran_math's host callbacks, tangents,
         # torch.func transforms and reverse-mode gradients
         compiled = (self.graphs is not None and not compat.in_force() and not _traced(state)
-                    and not _recording(state, p))
+                    and (not _recording(state, p) or self.graphs.records_gradients()))
         run = self.graphs if compiled else self
         s = run.external_pass(state, p, routines)
         if not check:

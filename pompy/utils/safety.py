@@ -49,7 +49,7 @@ from torch.autograd.function import once_differentiable
 
 from pompy.autodiff.layers import SAFETY_LAYER
 from pompy.autodiff.policies import (GradientPolicy, apply_policy, explicit_policy,
-                                     policy_override, selected_policy)
+                                     forward_policy, policy_override, selected_policy)
 from pompy.ops import sqrt_rn
 
 SAFE_DIV_EPS = 1e-20
@@ -119,6 +119,39 @@ class _Guarded(torch.autograd.Function):
         return _tangent_policy(ctx, x_t * derivative, bottom)
 
 
+class _CompiledGuarded(torch.autograd.Function):
+    """:class:`_Guarded` as torch.compile traces it in a compiled step
+    (pompy.core.compiled): no forward mode (no tangents there) and the
+    policy decided in the forward pass (``chosen``, a policy's value), so
+    AOT autograd can trace the backward."""
+
+    @staticmethod
+    def forward(x, value, derivative, bottom, chosen):
+        return value
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, _, derivative, bottom, chosen = inputs
+        ctx.save_for_backward(derivative, bottom)
+        ctx.chosen = GradientPolicy(chosen)
+
+    @staticmethod
+    def backward(ctx, grad):
+        derivative, bottom = ctx.saved_tensors
+        return apply_policy(grad * derivative, bottom, policy=ctx.chosen), None, None, None, None
+
+
+def _guarded(x: Tensor, value: Tensor, derivative: Tensor, bottom: Tensor, layer: str | None,
+             policy: GradientPolicy | None) -> Tensor:
+    if torch.compiler.is_compiling():
+        return _CompiledGuarded.apply(x, value, derivative, bottom, _chosen(layer, policy))
+    return _Guarded.apply(x, value, derivative, bottom, layer, policy)
+
+
+def _chosen(layer: str | None, policy: GradientPolicy | None) -> str:
+    return forward_policy(layer or SAFETY_LAYER, None if policy is None else policy.value)
+
+
 def _has_tangent(x: Tensor) -> bool:
     """True for a forward-mode dual tensor (torch.autograd.forward_ad, or
     torch.func.jvp's inputs and everything computed from them)."""
@@ -135,6 +168,8 @@ def requires_grad(x: Tensor) -> bool:
 
 
 def _tracked(x: Tensor) -> bool:
+    if torch.compiler.is_compiling():     # a compiled step: no tangent, no vmap
+        return torch.is_grad_enabled() and x.requires_grad
     return (torch.is_grad_enabled() and requires_grad(x)) or _has_tangent(x)
 
 
@@ -145,7 +180,7 @@ def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None,
     value = sqrt_rn(torch.clamp(x.detach(), min=0.0))
     if not _tracked(x):
         return value
-    return _Guarded.apply(x, value, 0.5 / torch.clamp(value, min=eps), value < eps, layer, policy)
+    return _guarded(x, value, 0.5 / torch.clamp(value, min=eps), value < eps, layer, policy)
 
 
 def safe_abs_pow(x: Tensor, exponent: float, eps: float = SAFE_SQRT_EPS,
@@ -157,7 +192,7 @@ def safe_abs_pow(x: Tensor, exponent: float, eps: float = SAFE_SQRT_EPS,
     if not _tracked(x):
         return value
     derivative = exponent * torch.clamp(ax, min=eps) ** (exponent - 1.0) * torch.sign(x.detach())
-    return _Guarded.apply(x, value, derivative, ax < eps, layer, policy)
+    return _guarded(x, value, derivative, ax < eps, layer, policy)
 
 
 def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None,
@@ -167,7 +202,7 @@ def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None,
     value = torch.log(xs)
     if not _tracked(x):
         return value
-    return _Guarded.apply(x, value, 1.0 / xs, x.detach() < eps, layer, policy)
+    return _guarded(x, value, 1.0 / xs, x.detach() < eps, layer, policy)
 
 
 class _Divide(torch.autograd.Function):
@@ -211,6 +246,32 @@ class _Divide(torch.autograd.Function):
         return _tangent_policy(ctx, tangent, bottom)
 
 
+class _CompiledDivide(torch.autograd.Function):
+    """:class:`_Divide` as a compiled step traces it (see :class:`_CompiledGuarded`)."""
+
+    @staticmethod
+    def forward(n, d, held, bottom, chosen):
+        return n / held
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        n, d, held, bottom, chosen = inputs
+        ctx.save_for_backward(held, output, bottom)
+        ctx.chosen = GradientPolicy(chosen)
+        ctx.shapes = n.shape, d.shape
+
+    @staticmethod
+    def backward(ctx, grad):
+        held, quotient, bottom = ctx.saved_tensors
+        gn = gd = None
+        if ctx.needs_input_grad[0]:
+            gn = _sum_to(apply_policy(grad / held, bottom, policy=ctx.chosen), ctx.shapes[0])
+        if ctx.needs_input_grad[1]:
+            gd = _sum_to(apply_policy(-grad * quotient / held, bottom, policy=ctx.chosen),
+                         ctx.shapes[1])
+        return gn, gd, None, None, None
+
+
 def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
     """g summed over the dimensions broadcasting added to an input of ``shape``."""
     while g.dim() > len(shape):
@@ -232,6 +293,8 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
         numerator = torch.full_like(raw, float(numerator))
     if not (_tracked(numerator) or _tracked(denominator)):
         return numerator / held
+    if torch.compiler.is_compiling():
+        return _CompiledDivide.apply(numerator, denominator, held, bottom, _chosen(layer, policy))
     return _Divide.apply(numerator, denominator, held, bottom, layer, policy)
 
 
