@@ -578,6 +578,10 @@ def load_resume(path: Path, certificate: Mapping) -> dict:
 class NPOMTrainerDDP:
     """The seed's trainer (see the module docstring)."""
 
+    # a cycle's physics as one ensemble where that equals the cores' own runs
+    # (_ensemble_cycle); False: one core at a time (the tests' reference)
+    batch_physics = True
+
     def __init__(self, args: argparse.Namespace, environ: Mapping[str, str] | None = None):
         environ = os.environ if environ is None else environ
         self.args = args
@@ -790,19 +794,19 @@ class NPOMTrainerDDP:
                     apply_correction_to_pom(pom, corrections[i], self.normalizer, scale_factor=scale)
             if self.decoder is not None:
                 corrections_dec = self._network(self.decoder, pack_pom_batch(poms, self.normalizer))
-            for i, pom in enumerate(poms):
-                if self.failed[i]:
-                    continue
-                pom.time0 = pom.time
-                pom.iint = 0
-                pom.iend = self.steps_per_correction
-                try:
-                    pom.run_time_loop()
-                except ModelStop as stop:
-                    print(f"pompy train [rank {self.global_rank}]: sample {i}: {stop}",
-                          file=sys.stderr)
-                    pom.state = dict(pom.last_good)
-                    self.failed[i] = True
+            live = [i for i in range(len(poms)) if not self.failed[i]]
+            for i in live:
+                poms[i].time0, poms[i].iint = poms[i].time, 0
+                poms[i].iend = self.steps_per_correction
+            if not self._ensemble_cycle([poms[i] for i in live]):
+                for i in live:
+                    try:
+                        poms[i].run_time_loop()
+                    except ModelStop as stop:
+                        print(f"pompy train [rank {self.global_rank}]: sample {i}: {stop}",
+                              file=sys.stderr)
+                        poms[i].state = dict(poms[i].last_good)
+                        self.failed[i] = True
             if self.decoder is not None:
                 for i, pom in enumerate(poms):
                     apply_correction_to_pom(pom, corrections_dec[i], self.normalizer,
@@ -810,6 +814,31 @@ class NPOMTrainerDDP:
             for key in seq:
                 seq[key].append(torch.stack([getattr(pom, key) for pom in poms]))
         return {key: torch.stack(values, dim=1) for key, values in seq.items()}
+
+    def _ensemble_cycle(self, poms: list) -> bool:
+        """A cycle's physics steps of ``poms`` as one ensemble
+        (pompy.core.ensemble: every routine batched), each core then taking
+        its member's state, equal to its own run to the last bit (values
+        and gradients). Where that holds and pays (``batch_physics``; two
+        or more cores of the explicit core, whose members step as single
+        cores do; the implicit core's single runs may take the PCG, which a
+        batch cannot; the same parameters and start time: mismatch) it
+        returns True; else, or when a member stops (the cores untouched),
+        False: the cores step one by one, so a stop is a core's."""
+        from pompy.core.ensemble import Ensemble, mismatch
+
+        if not (self.batch_physics and len(poms) > 1 and self.core_cls is core_class("explicit")
+                and mismatch(poms) is None):
+            return False
+        ensemble = Ensemble.of(poms)
+        try:
+            ensemble.advance(self.steps_per_correction)
+        except ModelStop:
+            return False
+        for m, pom in enumerate(poms):
+            pom.state = ensemble.member(m)
+            pom.iint, pom.time = ensemble.iint, pom._time(ensemble.iint)
+        return True
 
     def _compute_component_losses(self, preds: Mapping, refs: Mapping) -> dict:
         """Per field: the MSE over the wet points (its mask) and levels

@@ -180,3 +180,43 @@ def test_the_grid_is_shared_and_bad_input_is_refused():
         ens.load_member(0, {"h": core.state["h"]})
     with pytest.raises(ValueError, match="members=0"):
         Ensemble(core, 0)
+
+
+def test_cores_join_as_members_and_each_steps_as_its_own_run():
+    """Ensemble.of stacks the cores' states (the trainer's batches): after
+    three steps member m is core m's single run to the last bit; cores that
+    would not step alike are refused, naming why."""
+    from pompy.core.ensemble import mismatch
+
+    config = small()
+    cores = []
+    for m in range(MEMBERS):
+        core = ExplicitCore(config)
+        core.run_initialization()
+        core.inject(perturbation(core, m))
+        cores.append(core)
+    ens = Ensemble.of(cores)
+    with torch.no_grad():
+        ens.advance(3)
+    for m in range(MEMBERS):
+        want = single(ExplicitCore, config, m, 3)
+        for name, value in want.items():
+            assert torch.equal(ens.member(m)[name], value), (m, name)
+    # start times may differ where no step reads them (no ramp, none cold)
+    late = [ExplicitCore(config), ExplicitCore(config)]
+    for core, time0 in zip(late, (1.0, 2.5)):
+        core.run_initialization()
+        core.time0 = time0
+    assert mismatch(late) is None
+    late[1].time0 = 0.0
+    assert "kind, config" in mismatch(late)
+    ramped = [ExplicitCore(small(lramp=True)) for _ in range(2)]
+    for core, time0 in zip(ramped, (1.0, 2.5)):
+        core.run_initialization()
+        core.time0 = time0
+    assert "kind, config" in mismatch(ramped)
+    cores[1].params = dict(cores[1].params, wind_factor=2.0)
+    with pytest.raises(ValueError, match="parameters differ"):
+        Ensemble.of(cores)
+    assert "checkpointed" in mismatch([ExplicitCore(config, checkpoint="steps")])
+    assert mismatch([]) == "no cores"

@@ -210,6 +210,67 @@ def test_core_pool_restore_leaves_no_graph_history(made, home, tmp_path):
         trainer.cleanup()
 
 
+@pytest.fixture(scope="module")
+def made_explicit(tmp_path_factory):
+    """The tiny dataset on the explicit core, whose batches step as one
+    ensemble (pompy.core.ensemble); a passed certificate for it."""
+    folder = tmp_path_factory.mktemp("train_explicit")
+    config = tiny_config()
+    config.to_namelist().write(folder / "tiny.nml")
+    every = 2 * DTI / 86400
+    generate(config, folder / "data", days=(SNAPSHOTS - 1) * every, every=every,
+             core="explicit", members=MEMBERS, log=open(os.devnull, "w"))
+    return folder, folder / "tiny.nml", folder / "data"
+
+
+def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_explicit, tmp_path,
+                                                                         monkeypatch):
+    """A batch's physics as one ensemble: the losses and every gradient
+    (networks, a learned parameter) equal those of the cores stepped one
+    by one to the last bit; a batch with a sample at a cold start and one
+    not (a step that differs) steps one by one."""
+    from pompy.core.ensemble import Ensemble
+
+    monkeypatch.setenv("POMPY_HOME", str(made_explicit[0] / "home"))
+    provenance.write_certificate(provenance.certificate_key("explicit", "cpu", "float64"),
+                                 [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
+    advanced = []
+    real = Ensemble.advance
+    monkeypatch.setattr(Ensemble, "advance",
+                        lambda self, *a, **k: advanced.append(self.members) or real(self, *a, **k))
+
+    def batch(batched: bool, which) -> tuple:
+        monkeypatch.setattr(NPOMTrainerDDP, "batch_physics", batched)
+        where = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        trainer = NPOMTrainerDDP(options(made_explicit, where, "--core", "explicit", "--learn",
+                                         "horcon", "--grad_clip_norm", 0, "--correction_scale",
+                                         0.05, "--batch_size", 3))
+        try:
+            samples = [trainer.train_ds[i] for i in range(len(trainer.train_ds))]
+            chosen = which(samples)
+            ics, refs = collate_samples(trainer.dataset, chosen)
+            trainer.optimizer.param_groups[0]["lr"] = 0.0
+            values = trainer.run_single_train_batch(ics, refs)
+            return values, {name: p.grad.clone() for name, p in trainer.trainable_params}
+        finally:
+            trainer.cleanup()
+
+    warm = lambda samples: [s for s in samples if int(s["iint"]) > 0][:3]    # noqa: E731
+    got, got_grads = batch(True, warm)
+    assert advanced == [3]
+    want, want_grads = batch(False, warm)
+    assert advanced == [3]
+    assert got == want and got_grads.keys() == want_grads.keys()
+    for name, g in want_grads.items():
+        assert torch.equal(got_grads[name], g), name
+    assert any(float(g.abs().max()) > 0 for g in want_grads.values())
+
+    mixed = lambda samples: ([s for s in samples if int(s["iint"]) == 0][:1]   # noqa: E731
+                             + [s for s in samples if int(s["iint"]) > 0][:1])
+    batch(True, mixed)
+    assert advanced == [3]
+
+
 def test_a_non_finite_gradient_skips_the_step(made, home, tmp_path, monkeypatch):
     trainer = NPOMTrainerDDP(options(made, tmp_path))
     try:

@@ -43,6 +43,39 @@ from pompy.errors import ModelStop
 GRID = frozenset(variables.names(kind="grid"))
 
 
+def mismatch(cores: list[Core]) -> str | None:
+    """Why ``cores`` cannot be the members of one ensemble whose steps are
+    theirs (None: they can): cores of one kind, config, device, dtype,
+    routines and policies, none checkpointed, at one step and start time,
+    with the same parameters (the same objects for tensors: a learned
+    parameter), states and an equal grid. Start times (time0) may differ
+    where a step does not read them: without the forcing ramp (lramp) and
+    with all or none at a cold start (time0 = 0: no internal mode on the
+    first step); the ensemble takes the first core's."""
+    if not cores:
+        return "no cores"
+    first = cores[0]
+    for core in cores[1:]:
+        same = (type(core) is type(first) and core.config == first.config
+                and (core.device, core.dtype) == (first.device, first.dtype)
+                and core.routines == first.routines and core.policies == first.policies
+                and core.iint == first.iint
+                and (core.time0 == first.time0 or not first.config.lramp
+                     and (core.time0 == 0.0) == (first.time0 == 0.0)))
+        if not same:
+            return "the cores differ in kind, config, device, dtype, routines, policies or step"
+        if core.params.keys() != first.params.keys() or any(
+                not (a is b or (not torch.is_tensor(a) and not torch.is_tensor(b) and a == b))
+                for a, b in ((core.params[k], first.params[k]) for k in first.params)):
+            return "the cores' parameters differ (members run with one set)"
+        if core.state.keys() != first.state.keys() or not all(
+                torch.equal(core.state[n], first.state[n]) for n in first.state if n in GRID):
+            return "the cores' grids or fields differ"
+    if any(core.checkpoint is not None for core in cores):
+        return "a checkpointed core cannot run under torch.vmap"
+    return None
+
+
 class Ensemble:
     """``members`` copies of ``core``'s current state (a core set up by
     run_initialization, load_state or restore), stepped together. The core
@@ -57,13 +90,29 @@ class Ensemble:
         if core.checkpoint is not None:
             raise ValueError(f"Ensemble: a core with checkpoint={core.checkpoint!r} cannot run "
                              "under torch.vmap; give it one with checkpoint=None")
-        self.core, self.members = core, int(members)
+        self._hold(core, {n: v.unsqueeze(0).repeat(members, *([1] * v.dim()))
+                          for n, v in core.state.items() if n not in GRID})
+
+    def _hold(self, core: Core, state: dict) -> None:
+        self.core, self.members = core, len(next(iter(state.values())))
         self.grid = {n: v for n, v in core.state.items() if n in GRID}
-        self.state = {n: v.unsqueeze(0).repeat(members, *([1] * v.dim()))
-                      for n, v in core.state.items() if n not in GRID}
+        self.state = state
         self.iint, self.time0 = core.iint, core.time0
         self.last_good: dict | None = None
-        self.vamax = torch.zeros(members)
+        self.vamax = torch.zeros(self.members)
+
+    @classmethod
+    def of(cls, cores: list[Core]) -> Ensemble:
+        """The cores' current states as the members of one ensemble (stacked:
+        autograd flows from them), the first core the template; refused
+        (ValueError) unless :func:`mismatch` finds nothing."""
+        reason = mismatch(cores)
+        if reason is not None:
+            raise ValueError(f"Ensemble.of: {reason}")
+        ens = cls.__new__(cls)
+        ens._hold(cores[0], {n: torch.stack([c.state[n] for c in cores])
+                             for n in cores[0].state if n not in GRID})
+        return ens
 
     @contextlib.contextmanager
     def _batchable(self, core: Core):
