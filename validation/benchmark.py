@@ -53,7 +53,6 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 
-import pompy.core.model as model_module
 from pompy import variables
 from pompy.config import load_config
 from pompy.core import stepping
@@ -189,17 +188,17 @@ def phase_times(core, steps: int, device: str) -> dict[str, float]:
     """ms per step by phase over ``steps`` more steps, hooks removed after."""
     clock = PhaseClock(device)
     routines, external = core.routines, core.external.external_mode
-    internal, finite = stepping.internal_step, model_module.all_finite
+    internal, finite = stepping.internal_step, stepping.finite
     core.routines = {name: clock.timed(fn, routine_phase(name)) for name, fn in routines.items()}
     core.external.external_mode = clock.timed(external, EXTERNAL)
     stepping.internal_step = clock.timed(internal, INTERNAL, leaf=False)
-    model_module.all_finite = clock.timed(finite, CHECK)
+    stepping.finite = clock.timed(finite, CHECK)
     try:
         per_step = run(core, steps, device)
     finally:
         core.routines = routines
         del core.external.external_mode
-        stepping.internal_step, model_module.all_finite = internal, finite
+        stepping.internal_step, stepping.finite = internal, finite
     missed = [p for p in (EXTERNAL, INTERNAL, CHECK) if p not in clock.seconds]
     if missed:      # the core no longer calls what the hooks wrap: its time went to "rest"
         print(f"benchmark: the phase hooks missed {', '.join(missed)}", file=sys.stderr)

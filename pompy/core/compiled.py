@@ -52,6 +52,9 @@ RECOMPILE_LIMIT = 64
 BACKEND = "inductor"
 _RAMP = "ramp"
 _CHECK = ("vamax", "imax", "jmax")
+# the internal graph's flag: whether the new state's prognostic fields are
+# finite (stepping.finite fused into the graph; Core._pass reads it)
+FINITE = "finite"
 # pompy.calls' binders are lru_cached pure functions of their strings, which
 # Dynamo traces through (and warns of)
 _LRU_WARNING = "Dynamo detected a call to a `functools.lru_cache`-wrapped function"
@@ -139,6 +142,7 @@ class StepGraphs:
                       time0: float) -> dict:
         if not self.core.runs_internal_mode(iint, time0):
             return stepping.end_of_step(s)
-        return self._call(("internal", *routines.values()),
-                          lambda s, q: stepping.end_of_step(stepping.internal_step(s, q, routines)),
-                          s, p)
+        def internal(s, q):
+            s = stepping.end_of_step(stepping.internal_step(s, q, routines))
+            return {**s, FINITE: stepping.finite(s)}
+        return self._call(("internal", *routines.values()), internal, s, p)

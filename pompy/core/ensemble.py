@@ -36,6 +36,7 @@ import torch
 
 from pompy import compat, variables
 from pompy.autodiff.policies import policies_in_force
+from pompy.core import stepping
 from pompy.core.external import cg
 from pompy.core.model import Core, _SLACK
 from pompy.errors import ModelStop
@@ -175,8 +176,7 @@ class Ensemble:
                 s = core.external_pass({**grid, **s}, p, routines)
                 checks = {n: s.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual") if n in s}
                 s = core.internal_pass(s, iint, p, routines, time0)
-                finite = torch.stack([torch.isfinite(s[n]).all()          # as all_finite
-                                      for n in variables.names("prognostic")]).all()
+                finite = stepping.finite(s)
                 return {**{n: v for n, v in s.items() if n not in grid}, **checks,
                         "finite": finite}
 

@@ -60,7 +60,7 @@ from pompy.autodiff.policies import (GradientPolicyConfig, captured_policies, la
 from pompy.calls import apply
 from pompy.config import Config, nint, parameters
 from pompy.core import setup, stepping
-from pompy.core.compiled import StepGraphs
+from pompy.core.compiled import FINITE, StepGraphs
 from pompy.errors import CFLViolation, ModelStop, NonFiniteState, NotConverged
 
 # what a checkpointed step keeps and passes on: every field but the work
@@ -213,14 +213,11 @@ def first_non_finite(state: Mapping) -> tuple[str, tuple[int, ...]]:
     raise ValueError("every field is finite")
 
 
-def finite(s: Mapping) -> torch.Tensor:
-    """Whether every prognostic field is finite, as a tensor (no read)."""
-    return torch.stack([torch.isfinite(s[n]).all() for n in variables.names("prognostic")]).all()
-
-
-def all_finite(s: Mapping) -> bool:
-    """Whether every prognostic field is finite (one read from the device)."""
-    return bool(finite(s))
+def _finite(s: dict) -> torch.Tensor:
+    """stepping.finite of a step's new state: a compiled step's graph has
+    computed it (its FINITE entry, taken out here)."""
+    flag = s.pop(FINITE, None)
+    return stepping.finite(s) if flag is None else flag
 
 
 class Core:
@@ -631,7 +628,7 @@ class Core:
             vamax, residual = s.pop("vamax"), s.pop("cg_residual", None)
             imax, jmax = s.pop("imax"), s.pop("jmax")
             s = run.internal_pass(s, iint, p, routines, time0)
-            going = (vamax <= c.vmaxl) & finite(s)
+            going = (vamax <= c.vmaxl) & _finite(s)
             if residual is not None:
                 going = going & (residual <= c.cg_tol * _SLACK)
             return s, vamax, imax, jmax, going, residual
@@ -646,7 +643,7 @@ class Core:
         going = vamax <= c.vmaxl and (residual is None or residual <= c.cg_tol * _SLACK)
         if going:
             s = run.internal_pass(s, iint, p, routines, time0)
-            going = all_finite(s)              # the second value read
+            going = bool(_finite(s))             # the second value read
         return s, vamax, imax, jmax, going, residual
 
     def run_generation_day(self, steps_per_day: int | None = None,

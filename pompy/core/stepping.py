@@ -19,6 +19,7 @@ written. Inside them, the routine calls are written as pom2k writes them
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -221,6 +222,12 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
         s[fb], s[f] = filtered, s[ff].clone()
         s["tps"] = tps
     return s
+
+
+def finite(s: Mapping) -> Tensor:
+    """Whether every prognostic field of ``s`` is finite, as a tensor (no
+    read from the device)."""
+    return torch.stack([torch.isfinite(s[n]).all() for n in variables.names("prognostic")]).all()
 
 
 def end_of_step(s: dict) -> dict:
