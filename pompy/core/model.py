@@ -23,6 +23,11 @@ One internal step, in pom2k's order (``Core._advance``)::
     end_of_step                                        et, etb, egb, utb, vtb, vfluxb, dt
     ---- stop if a prognostic field is not finite (value read 2) ----
 
+With ``check_every`` N > 1 the two reads are made once every N steps (the
+checks stay on the device in between; ``Core._block``); a block that
+failed runs again from its start checked step by step, so a stop is the
+one N = 1 gives.
+
 The set-up is computed on the CPU in float64, then moved to the core's
 device and dtype, so a float32 or CUDA run starts from the same initial
 state as the float64 CPU run. A stop raises CFLViolation or
@@ -397,7 +402,8 @@ class Core:
     # ------------------------------------------------------------ time loop
     def run_time_loop(self, callback: Callable[[Core], None] | None = None) -> None:
         """pom2k's main loop for iint = self.iint+1 .. self.iend; ``callback(core)``
-        after each step. Raises ModelStop on a velocity or NaN blow-up.
+        after each step (with ``check_every`` N > 1, after each checked block
+        of N steps). Raises ModelStop on a velocity or NaN blow-up.
 
         With ``generation_fast_path`` (data generation: no gradients) the
         leaf cloning is skipped and, every ``capture_interval`` steps, a
@@ -619,7 +625,8 @@ class Core:
         c = self.config
         # the compiled graphs (compile=True) but for what they do not serve
         # (pompy.core.compiled): fortran_math's host callbacks, tangents,
-        # torch.func transforms and reverse-mode gradients
+        # torch.func transforms, and recorded steps whose gradient policies
+        # the forward pass does not decide
         compiled = (self.graphs is not None and not compat.in_force() and not _traced(state)
                     and (not _recording(state, p) or self.graphs.records_gradients()))
         run = self.graphs if compiled else self
