@@ -78,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="replace the output and restart of an earlier run in the output folder "
                               "(never the restart given to --restart)")
     run_cmd.add_argument("--check-every", type=positive_int, default=1, metavar="N",
-                         help="read the velocity and finiteness checks from the device every N "
-                              "steps (default 1, pom2k's); a stop still names the first bad step")
+                         help="read the stop checks (velocity, finiteness, the implicit solver's "
+                              "residual) from the device every N steps (default 1, pom2k's); a "
+                              "stop still names the first bad step")
     run_cmd.add_argument("--force", action="store_true",
                          help="run even if the estimated memory exceeds what is available")
     run_cmd.add_argument("--oracle", action="store_true",

@@ -819,25 +819,25 @@ class NPOMTrainerDDP:
         """A cycle's physics steps of ``poms`` as one ensemble
         (pompy.core.ensemble: every routine batched), each core then taking
         its member's state, equal to its own run to the last bit (values
-        and gradients). Where that holds and pays (``batch_physics``; two
-        or more cores of the explicit core, whose members step as single
-        cores do; the implicit core's single runs may take the PCG, which a
-        batch cannot; the same parameters and start time: mismatch) it
-        returns True; else, or when a member stops (the cores untouched),
-        False: the cores step one by one, so a stop is a core's."""
+        and gradients). Where that holds (pompy.core.ensemble.mismatch: for
+        one, not the implicit core, whose single runs may take the PCG) and
+        pays (``batch_physics``, two or more cores) it returns True; else,
+        or when a member stops (the cores untouched), False: the cores step
+        one by one, so a stop is a core's."""
         from pompy.core.ensemble import Ensemble, mismatch
 
-        if not (self.batch_physics and len(poms) > 1 and self.core_cls is core_class("explicit")
-                and mismatch(poms) is None):
+        if not (self.batch_physics and len(poms) > 1 and mismatch(poms) is None):
             return False
         ensemble = Ensemble.of(poms)
         try:
             ensemble.advance(self.steps_per_correction)
         except ModelStop:
             return False
+        vamax = ensemble.vamax.tolist()
         for m, pom in enumerate(poms):
             pom.state = ensemble.member(m)
             pom.iint, pom.time = ensemble.iint, pom._time(ensemble.iint)
+            pom.vamax, pom._loop_mode = vamax[m], "gradient"    # as run_time_loop leaves them
         return True
 
     def _compute_component_losses(self, preds: Mapping, refs: Mapping) -> dict:

@@ -70,6 +70,7 @@ def test_the_states_are_those_checked_every_step_with_one_read_a_block(kind):
     for name in variables.ALL:
         assert torch.equal(deferred.state[name], checked.state[name]), name
     assert deferred.iint == checked.iint == 11 and deferred.vamax == checked.vamax
+    assert deferred.time == checked.time
     # measured: checked every step, two reads a step (the explicit core's
     # vamax and finiteness; the implicit core also its PCG's early exits);
     # deferred, the explicit core reads once per block of 4 (steps 4..11: 2)

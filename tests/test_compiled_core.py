@@ -128,23 +128,27 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch):
     the gradient of two steps' loss (from step 1: both run the internal
     mode) with respect to the initial t is eager's to 1e-12 (measured:
     equal to the last bit), with no graph break (the safe ops' compiled
-    variants); the graphs are keyed by the policies in force."""
+    variants); the graphs are keyed by the policies in force. The
+    policies (a CLAMP override, REJECT for profq's layer) change the
+    gradient from the built-in PROJECT's, so the compiled backward shows
+    that both reach it."""
     made = []
     monkeypatch.setattr(compiled, "BACKEND", counting("aot_eager", made))
     torch._dynamo.reset()
     config = tiny(isplit=3, ispadv=3)
-    policies = GradientPolicyConfig(override=GradientPolicy.PROJECT)
-
+    policies = GradientPolicyConfig(override=GradientPolicy.CLAMP,
+                                    layers={"profq": GradientPolicy.REJECT})
     start = stepped(ExplicitCore(config), 1).numpy_state()
 
-    def gradient(compile):
+    def gradient(compile, policies=policies):
         core = ExplicitCore(config, compile=compile, policies=policies)
         core.load_state(start, iint=1)
         t0 = core.t.detach().clone().requires_grad_(True)
         core.t = t0
         core.iend = 3
         core.run_time_loop()
-        (core.u.square().sum() + core.el.sum() + core.t.sum()).backward()
+        # scaled: the safe ops' products grad * derivative pass CLAMP's bound
+        (1e6 * (core.u.square().sum() + core.el.sum()) + core.t.sum()).backward()
         return core, t0.grad
 
     counters.clear()
@@ -152,12 +156,14 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch):
         core, got = gradient(True)
         eager, want = gradient(False)
         assert made and not counters["graph_break"]
-        with policies.activate():
+        with policies.activate(), layer_policies(policies.layers):
             assert {key[-1] for key in core.graphs._graphs} == {forward_policies_key()}
     finally:
         torch._dynamo.reset()
     assert want.abs().max() > 0
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12 * want.abs().max().item())
+    _, builtin = gradient(False, GradientPolicyConfig(override=GradientPolicy.PROJECT))
+    assert not torch.equal(builtin, want)
     for name in ("u", "el", "t", "q2"):
         assert torch.equal(core.state[name], eager.state[name]), name
 

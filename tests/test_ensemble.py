@@ -209,12 +209,21 @@ def test_cores_join_as_members_and_each_steps_as_its_own_run():
         core.time0 = time0
     assert mismatch(late) is None
     late[1].time0 = 0.0
-    assert "kind, config" in mismatch(late)
+    assert "start times" in mismatch(late)
     ramped = [ExplicitCore(small(lramp=True)) for _ in range(2)]
     for core, time0 in zip(ramped, (1.0, 2.5)):
         core.run_initialization()
         core.time0 = time0
-    assert "kind, config" in mismatch(ramped)
+    assert "start times" in mismatch(ramped)
+    late[1].time0 = 1.0
+    late[1].h = late[1].h.clone().requires_grad_(True)     # its own, learned: not shared
+    assert "grids differ" in mismatch(late)
+    implicit = [ImplicitCore(config), ImplicitCore(config)]
+    assert "solver" in mismatch(implicit)           # single runs may take the PCG
+    for core in implicit:
+        core.external = SemiImplicit(cg.solve)
+        core.run_initialization()
+    assert mismatch(implicit) is None
     cores[1].params = dict(cores[1].params, wind_factor=2.0)
     with pytest.raises(ValueError, match="parameters differ"):
         Ensemble.of(cores)

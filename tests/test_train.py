@@ -227,17 +227,24 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
                                                                          monkeypatch):
     """A batch's physics as one ensemble: the losses and every gradient
     (networks, a learned parameter) equal those of the cores stepped one
-    by one to the last bit; a batch with a sample at a cold start and one
-    not (a step that differs) steps one by one."""
+    by one to the last bit, and so do they where a member's stop makes
+    the cores step again one by one; a batch with a sample at a cold start
+    and one not (a step that differs) steps one by one."""
     from pompy.core.ensemble import Ensemble
+    from pompy.errors import CFLViolation
 
     monkeypatch.setenv("POMPY_HOME", str(made_explicit[0] / "home"))
     provenance.write_certificate(provenance.certificate_key("explicit", "cpu", "float64"),
                                  [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
-    advanced = []
+    advanced, stops = [], []
     real = Ensemble.advance
-    monkeypatch.setattr(Ensemble, "advance",
-                        lambda self, *a, **k: advanced.append(self.members) or real(self, *a, **k))
+
+    def advance(self, *args, **kwargs):
+        advanced.append(self.members)
+        real(self, *args, **kwargs)
+        if stops:                           # a member stopped: the cores step one by one
+            raise CFLViolation(self.iint, 9.9, 1, 1, 1.0)
+    monkeypatch.setattr(Ensemble, "advance", advance)
 
     def batch(batched: bool, which) -> tuple:
         monkeypatch.setattr(NPOMTrainerDDP, "batch_physics", batched)
@@ -265,10 +272,15 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
         assert torch.equal(got_grads[name], g), name
     assert any(float(g.abs().max()) > 0 for g in want_grads.values())
 
+    stops.append(True)
+    fallen, fallen_grads = batch(True, warm)
+    assert advanced == [3, 3] and fallen == want
+    assert all(torch.equal(fallen_grads[name], g) for name, g in want_grads.items())
+
     mixed = lambda samples: ([s for s in samples if int(s["iint"]) == 0][:1]   # noqa: E731
                              + [s for s in samples if int(s["iint"]) > 0][:1])
     batch(True, mixed)
-    assert advanced == [3]
+    assert advanced == [3, 3]
 
 
 def test_a_non_finite_gradient_skips_the_step(made, home, tmp_path, monkeypatch):

@@ -46,34 +46,40 @@ GRID = frozenset(variables.names(kind="grid"))
 
 def mismatch(cores: list[Core]) -> str | None:
     """Why ``cores`` cannot be the members of one ensemble whose steps are
-    theirs (None: they can): cores of one kind, config, device, dtype,
-    routines and policies, none checkpointed, at one step and start time,
+    theirs to the last bit (None: they can): cores of one kind, config,
+    device, dtype, routines and policies, none checkpointed, at one step,
     with the same parameters (the same objects for tensors: a learned
-    parameter), states and an equal grid. Start times (time0) may differ
-    where a step does not read them: without the forcing ramp (lramp) and
-    with all or none at a cold start (time0 = 0: no internal mode on the
-    first step); the ensemble takes the first core's."""
+    parameter), the same grid fields (the same objects where one requires
+    grad: the members share the first core's) and a solver, if any, that a
+    batch runs too (not the PCG, whose early exit reads the host). Start
+    times (time0) may differ where a step does not read them: without the
+    forcing ramp (lramp) and with all or none at a cold start (time0 = 0:
+    no internal mode on the first step); the ensemble takes the first
+    core's."""
     if not cores:
         return "no cores"
     first = cores[0]
+    if any(getattr(core.external, "solver", cg.solve) is not cg.solve for core in cores):
+        return "a core's elevation solver is not the reference CG, which a batch runs"
+    if any(core.checkpoint is not None for core in cores):
+        return "a checkpointed core cannot run under torch.vmap"
     for core in cores[1:]:
-        same = (type(core) is type(first) and core.config == first.config
+        if not (type(core) is type(first) and core.config == first.config
                 and (core.device, core.dtype) == (first.device, first.dtype)
                 and core.routines == first.routines and core.policies == first.policies
-                and core.iint == first.iint
-                and (core.time0 == first.time0 or not first.config.lramp
-                     and (core.time0 == 0.0) == (first.time0 == 0.0)))
-        if not same:
+                and core.iint == first.iint):
             return "the cores differ in kind, config, device, dtype, routines, policies or step"
+        if not (core.time0 == first.time0 or not first.config.lramp
+                and (core.time0 == 0.0) == (first.time0 == 0.0)):
+            return "the cores' start times differ where a step reads them (ramp, cold start)"
         if core.params.keys() != first.params.keys() or any(
                 not (a is b or (not torch.is_tensor(a) and not torch.is_tensor(b) and a == b))
                 for a, b in ((core.params[k], first.params[k]) for k in first.params)):
             return "the cores' parameters differ (members run with one set)"
         if core.state.keys() != first.state.keys() or not all(
-                torch.equal(core.state[n], first.state[n]) for n in first.state if n in GRID):
-            return "the cores' grids or fields differ"
-    if any(core.checkpoint is not None for core in cores):
-        return "a checkpointed core cannot run under torch.vmap"
+                a is b or not (a.requires_grad or b.requires_grad) and torch.equal(a, b)
+                for a, b in ((core.state[n], first.state[n]) for n in first.state if n in GRID)):
+            return "the cores' grids differ"
     return None
 
 
@@ -189,9 +195,10 @@ class Ensemble:
     def _passed(self, checks: dict) -> torch.Tensor:
         """Whether each member's step passes a core's checks, (B,) bool (no read)."""
         c = self.core.config
-        passed = (checks["vamax"] <= c.vmaxl) & checks["finite"]
+        # in float64, as a core compares the values it reads
+        passed = (checks["vamax"].double() <= c.vmaxl) & checks["finite"]
         if "cg_residual" in checks:
-            passed = passed & (checks["cg_residual"] <= c.cg_tol * _SLACK)
+            passed = passed & (checks["cg_residual"].double() <= c.cg_tol * _SLACK)
         return passed
 
     def _failed(self, checks: dict) -> int | None:
