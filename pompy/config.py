@@ -331,6 +331,11 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
 BOUNDARY_FACTORS = {"rfe": 1.0, "rfw": 1.0, "rfn": 1.0, "rfs": 1.0}
 
 
+# the run parameters that may differ between the members of one ensemble or
+# dataset (pompy's, not pom2k's): numbers the core's routines only multiply by
+MEMBER_PARAMS = ("wind_factor",)
+
+
 def parameters(config: Config) -> dict:
     """The scalars the model routines take, by pom2k name: every parameter,
     the derived time steps and the boundary factors (ramp=1 until a step sets it)."""

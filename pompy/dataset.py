@@ -70,6 +70,7 @@ import torch
 from torch.utils.data import Dataset
 
 from pompy import variables
+from pompy.config import MEMBER_PARAMS
 from pompy.io import open_netcdf
 
 FORMAT = "pompy generate dataset 1"
@@ -253,9 +254,6 @@ class SnapshotDataset(Dataset):
     def __getstate__(self) -> dict:
         # open files stay behind: the unpickling process opens its own
         return {k: v for k, v in self.__dict__.items() if k != "_handles"} | {"_handles": {}}
-
-
-MEMBER_PARAMS = ("wind_factor",)
 
 
 def member_params(sample: Mapping) -> dict[str, float]:

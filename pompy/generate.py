@@ -311,31 +311,35 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
         writer.write(local, n, record)
 
 
-def batched(core: str, perturb: str, members: int) -> bool:
+def batched(core: str, perturb: str, members: int, dtype: str) -> bool:
     """Whether a process runs its members as one Ensemble: the explicit
-    core with ic perturbations (one set of parameters), more than one
-    member. It pays there (validation/ensemble.py, per member and step at
-    B = 8 against B = 1, 1 thread: 0.29x at 21x17x11, 0.93x at 65x49x21)
-    and gives each member's single run to the last bit. Not the implicit
-    core (batched, its PCG's early exit gives way to the fixed-budget CG:
-    0.69x and 1.52x, and not the single run's bits), nor wind members
-    (a parameter each)."""
-    return core == "explicit" and perturb == "ic" and members > 1
+    core, more than one member, with ic perturbations (one set of
+    parameters) or, in float64, wind members (a wind factor each:
+    Ensemble.set_member_params). It pays there (validation/ensemble.py,
+    per member and step at B = 8 against B = 1, 1 thread: 0.29x at
+    21x17x11, 0.93x at 65x49x21) and gives each member's single run to the
+    last bit. Not the implicit core (batched, its PCG's early exit gives
+    way to the fixed-budget CG: 0.69x and 1.52x, and not the single run's
+    bits), nor float32 wind members (their factor would round otherwise)."""
+    return core == "explicit" and members > 1 and (perturb == "ic" or dtype == "float64")
 
 
 def _run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[int],
-                  seeds: list[int], amplitude: float, steps: int, records: int) -> None:
+                  perturb: str, seeds: list[int], amplitude: float, winds: list[float],
+                  steps: int, records: int) -> None:
     """The process's members as one Ensemble: each perturbed from ``start``
-    as _run_member does, then stepped together."""
+    and given its wind factor as _run_member does, then stepped together."""
     initial = []
     for m_seed in seeds:
         model.restore(start)
-        if m_seed >= 0:
+        if m_seed >= 0 and perturb == "ic":
             perturb_ic(model, m_seed, amplitude)
         initial.append(model.snapshot())
     ens = Ensemble(model, len(members))
-    for local, record in enumerate(initial):
+    for local, (record, wind) in enumerate(zip(initial, winds)):
         ens.load_member(local, {n: record[n] for n in ens.state if n in record})
+        if wind != model.params["wind_factor"]:
+            ens.set_member_params(local, wind_factor=wind)
         writer.write(local, 0, record)
     try:
         with torch.no_grad():
@@ -379,7 +383,8 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     mine = list(range(rank, members, world))
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)
-    check_memory(config, core, dtype, force, len(mine) if batched(core, perturb, len(mine)) else 1)
+    check_memory(config, core, dtype, force,
+                 len(mine) if batched(core, perturb, len(mine), dtype) else 1)
     _check_disk(Path(output_dir), estimate_dataset_bytes(config, len(mine), records + 1), force)
     return Plan(path, mine, steps, records, device, rank, world)
 
@@ -414,9 +419,10 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
                            [n * p.steps for n in range(p.records + 1)], start["time0"], attributes)
     complete = False
     try:
-        if batched(core, perturb, len(p.members)):
+        if batched(core, perturb, len(p.members), dtype):
             began = _time.perf_counter()
-            _run_ensemble(model, start, writer, p.members, seeds, amplitude, p.steps, p.records)
+            _run_ensemble(model, start, writer, p.members, perturb, seeds, amplitude, winds,
+                          p.steps, p.records)
             print(f"{prefix}: members {', '.join(map(str, p.members))} together: "
                   f"{p.records * p.steps} steps in {_time.perf_counter() - began:.2f} s",
                   file=log, flush=True)

@@ -224,8 +224,26 @@ def test_cores_join_as_members_and_each_steps_as_its_own_run():
         core.external = SemiImplicit(cg.solve)
         core.run_initialization()
     assert mismatch(implicit) is None
-    cores[1].params = dict(cores[1].params, wind_factor=2.0)
+    # a wind factor each (float64): each member as its single run with it
+    for core, wind in zip(cores, (1.0, 1.3, 0.8)):
+        core.run_initialization()
+        core.params = dict(core.params, wind_factor=wind)
+    windy = Ensemble.of(cores)
+    with torch.no_grad():
+        windy.advance(3)
+    for m, core in enumerate(cores):
+        core.iend = 3
+        with torch.no_grad():
+            core.run_time_loop()
+        for name, value in core.state.items():
+            assert torch.equal(windy.member(m)[name], value), (m, name)
+    cores[1].params = dict(cores[1].params, horcon=0.3)
     with pytest.raises(ValueError, match="parameters differ"):
         Ensemble.of(cores)
+    single32 = [ExplicitCore(config, dtype=torch.float32) for _ in range(2)]
+    for core, wind in zip(single32, (1.0, 1.3)):
+        core.run_initialization()
+        core.params = dict(core.params, wind_factor=wind)
+    assert "parameters differ" in mismatch(single32)
     assert "checkpointed" in mismatch([ExplicitCore(config, checkpoint="steps")])
     assert mismatch([]) == "no cores"

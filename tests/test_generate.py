@@ -500,22 +500,29 @@ def test_the_fortran_oracle_refuses_a_wind_factor(made, tmp_path, capsys):
         assert err.startswith("pompy: wind_factor=1.1: the Fortran oracle") and err.count("\n") == 1
 
 
-def test_members_run_together_give_the_single_runs_dataset(made, tmp_path, monkeypatch):
-    """The explicit core's ic members run as one Ensemble (generate.batched);
-    forcing them one at a time gives the same file's every state value to
-    the last bit."""
+def test_members_run_together_give_the_single_runs_dataset(made, wind, tmp_path, monkeypatch):
+    """The explicit core's ic members, and in float64 its wind members (a
+    factor each), run as one Ensemble (generate.batched); forcing them one
+    at a time gives the same files' every state value to the last bit."""
     import pompy.generate
 
     config_path, path, err = made
-    assert pompy.generate.batched("explicit", "ic", MEMBERS) and "together" in err
-    assert not pompy.generate.batched("implicit", "ic", MEMBERS)
-    assert not pompy.generate.batched("explicit", "wind", MEMBERS)
+    assert pompy.generate.batched("explicit", "ic", MEMBERS, "float64") and "together" in err
+    assert pompy.generate.batched("explicit", "wind", MEMBERS, "float64")
+    assert pompy.generate.batched("explicit", "ic", MEMBERS, "float32")
+    assert not pompy.generate.batched("explicit", "wind", MEMBERS, "float32")
+    assert not pompy.generate.batched("implicit", "ic", MEMBERS, "float64")
     monkeypatch.setattr(pompy.generate, "batched", lambda *args: False)
     with contextlib.redirect_stderr(io.StringIO()):
         assert main(generate_args(config_path, tmp_path / "single")) == 0
-    together, single = read(path), read(tmp_path / "single" / "dataset.nc")
-    for name in state_fields():
-        assert np.array_equal(together[name], single[name]), name
+        assert main(generate_args(config_path, tmp_path / "wind", "--perturb", "wind")) == 0
+    for batch, one in ((path, tmp_path / "single" / "dataset.nc"),
+                       (wind, tmp_path / "wind" / "dataset.nc")):
+        together, single = read(batch), read(one)
+        assert together["wind_factor"].tolist() == single["wind_factor"].tolist()
+        for name in state_fields():
+            assert np.array_equal(together[name], single[name]), (batch, name)
+    assert len(set(read(wind)["wind_factor"].tolist())) == MEMBERS
 
 
 def test_members_run_together_need_their_memory(made, tmp_path, monkeypatch, capsys):

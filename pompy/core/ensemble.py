@@ -21,8 +21,9 @@ state of all.
 The implicit core's elevation solve is the reference CG here (the PCG's
 early exit reads its residual on the host, which vmap cannot batch); it
 converges to the same cg_tol. Every
-member runs with the core's params: members whose parameters differ
-(e.g. a wind factor each) are single runs. pompy.compat.fortran_math, which hands
+member runs with the core's params but for its own numbers of
+config.MEMBER_PARAMS (``set_member_params``, e.g. a wind factor each; a
+float64 core), which vmap hands each member. pompy.compat.fortran_math, which hands
 arrays to the Fortran, cannot run batched either: run members singly for
 that; nor can a checkpointed core (refused). Gradients flow through an
 ensemble's steps as through a core's.
@@ -35,6 +36,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from pompy import compat, variables
+from pompy.config import MEMBER_PARAMS
 from pompy.autodiff.policies import policies_in_force
 from pompy.core import stepping
 from pompy.core.external import cg
@@ -44,12 +46,17 @@ from pompy.errors import ModelStop
 GRID = frozenset(variables.names(kind="grid"))
 
 
+def _numbers(*values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def mismatch(cores: list[Core]) -> str | None:
     """Why ``cores`` cannot be the members of one ensemble whose steps are
     theirs to the last bit (None: they can): cores of one kind, config,
     device, dtype, routines and policies, none checkpointed, at one step,
     with the same parameters (the same objects for tensors: a learned
-    parameter), the same grid fields (the same objects where one requires
+    parameter; in float64 the numbers of config.MEMBER_PARAMS may differ,
+    each member running with its own), the same grid fields (the same objects where one requires
     grad: the members share the first core's) and a solver, if any, that a
     batch runs too (not the PCG, whose early exit reads the host). Start
     times (time0) may differ where a step does not read them: without the
@@ -73,9 +80,11 @@ def mismatch(cores: list[Core]) -> str | None:
                 and (core.time0 == 0.0) == (first.time0 == 0.0)):
             return "the cores' start times differ where a step reads them (ramp, cold start)"
         if core.params.keys() != first.params.keys() or any(
-                not (a is b or (not torch.is_tensor(a) and not torch.is_tensor(b) and a == b))
-                for a, b in ((core.params[k], first.params[k]) for k in first.params)):
-            return "the cores' parameters differ (members run with one set)"
+                not (a is b or _numbers(a, b) and (a == b or k in MEMBER_PARAMS
+                                                   and first.dtype == torch.float64))
+                for k, a, b in ((k, core.params[k], first.params[k]) for k in first.params)):
+            return ("the cores' parameters differ (members may differ in "
+                    f"{', '.join(MEMBER_PARAMS)} alone, in float64)")
         if core.state.keys() != first.state.keys() or not all(
                 a is b or not (a.requires_grad or b.requires_grad) and torch.equal(a, b)
                 for a, b in ((core.state[n], first.state[n]) for n in first.state if n in GRID)):
@@ -104,6 +113,9 @@ class Ensemble:
         self.core, self.members = core, len(next(iter(state.values())))
         self.grid = {n: v for n, v in core.state.items() if n in GRID}
         self.state = state
+        # parameters of config.MEMBER_PARAMS that differ between members:
+        # float64 (members,), a number each inside the step
+        self.member_params: dict[str, torch.Tensor] = {}
         self.iint, self.time0 = core.iint, core.time0
         self.last_good: dict | None = None
         self.vamax = torch.zeros(self.members)
@@ -119,7 +131,31 @@ class Ensemble:
         ens = cls.__new__(cls)
         ens._hold(cores[0], {n: torch.stack([c.state[n] for c in cores])
                              for n in cores[0].state if n not in GRID})
+        for name in MEMBER_PARAMS:
+            values = [c.params[name] for c in cores]
+            if any(v != values[0] for v in values):
+                for m, value in enumerate(values):
+                    ens.set_member_params(m, **{name: value})
         return ens
+
+    def set_member_params(self, m: int, **values: float) -> None:
+        """Member m's own run parameters (config.MEMBER_PARAMS, e.g. its
+        wind_factor); the others keep the core's unless given theirs. Each
+        member equals its single run with those parameters to the last bit
+        (float64: the single run's Python number and the member's float64
+        one multiply alike; a float32 core's would not, and is refused)."""
+        if self.core.dtype != torch.float64:
+            raise ValueError("Ensemble: members' own parameters need a float64 core")
+        for name, value in values.items():
+            if name not in MEMBER_PARAMS:
+                raise KeyError(f"set_member_params: {name!r} is not one of {MEMBER_PARAMS}")
+            column = self.member_params.get(name)
+            if column is None:
+                column = torch.full((self.members,), float(self.core.params[name]),
+                                    dtype=torch.float64, device=self.core.device)
+            column = column.clone()
+            column[m] = float(value)
+            self.member_params[name] = column
 
     @contextlib.contextmanager
     def _batchable(self, core: Core):
@@ -178,16 +214,17 @@ class Ensemble:
         with self._batchable(self.core) as core:
             p, routines, time0, policies = core._fixed(iint)
 
-            def one(s: dict) -> dict:
-                s = core.external_pass({**grid, **s}, p, routines)
+            def one(s: dict, own: dict) -> dict:
+                q = {**p, **own}
+                s = core.external_pass({**grid, **s}, q, routines)
                 checks = {n: s.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual") if n in s}
-                s = core.internal_pass(s, iint, p, routines, time0)
+                s = core.internal_pass(s, iint, q, routines, time0)
                 finite = stepping.finite(s)
                 return {**{n: v for n, v in s.items() if n not in grid}, **checks,
                         "finite": finite}
 
             with policies_in_force(policies):
-                out = torch.vmap(one)(good)
+                out = torch.vmap(one)(good, self.member_params)
         checks = {n: out.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual", "finite")
                   if n in out}
         return out, checks
@@ -215,7 +252,8 @@ class Ensemble:
         core = self.core
         twin = type(core)(core.config, device=core.device, dtype=core.dtype,
                           policies=core.policies)
-        twin.params, twin.routines = dict(core.params), dict(core.routines)
+        twin.params = dict(core.params, **{n: float(v[m]) for n, v in self.member_params.items()})
+        twin.routines = dict(core.routines)
         twin.load_state({n: v.detach() for n, v in self.member(m, self.last_good).items()},
                         iint=iint - 1, time0=self.time0)
         with self._batchable(twin), torch.no_grad():
