@@ -168,6 +168,16 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch):
         assert torch.equal(core.state[name], eager.state[name]), name
 
 
+def test_recorded_steps_of_the_implicit_scheme_run_eagerly():
+    """Its elevation solve (an autograd.Function with a jvp) and the
+    reference CG's residual reads would break its graphs."""
+    policies = GradientPolicyConfig(override=GradientPolicy.PROJECT)
+    with policies.activate():
+        assert not ImplicitCore(tiny(), compile=True, policies=policies).graphs.records_gradients()
+        assert ExplicitCore(tiny(), compile=True, policies=policies).graphs.records_gradients()
+    assert not ExplicitCore(tiny(), compile=True, policies=policies).graphs.records_gradients()
+
+
 def test_forward_policy_is_decided_in_the_forward_pass():
     """What a compiled step's safe ops use: the explicit policy, else the
     layer's entry, else the override with the registry under it; with none

@@ -82,8 +82,12 @@ class StepGraphs:
         override in force: a core's ``policies=GradientPolicyConfig(
         override=...)``), which AOT autograd then traces into the backward
         graph; else a context around the backward pass could still choose
-        it, and the step runs eagerly."""
-        return policy_override() is not None and self.core.checkpoint != "routines"
+        it, and the step runs eagerly. Not the implicit scheme's (its
+        elevation solve is an autograd.Function with a forward-mode rule
+        and its reference CG reads its residual: measured, gradients equal
+        to eager's but twenty graph breaks in three steps at 8x7x5)."""
+        return (policy_override() is not None and self.core.checkpoint != "routines"
+                and hasattr(self.core.external, "passes"))
 
     def _graph(self, key: Hashable, fn: Callable[[dict, dict], dict], names: tuple,
                p: Mapping, recording: bool) -> Callable:
