@@ -73,15 +73,19 @@ def test_chunks_run_equal_kinds_through_one_graph():
 def test_compiled_steps_equal_eager_and_never_recompile(graphs_made):
     """Four graphs (terms, two kinds of pass runs, the internal step),
     made in the first two steps; four more steps, each with its own ramp,
-    make none; every field equals eager's to the last bit."""
+    make none; every field equals eager's to the last bit. The four run
+    with deferred checks (check_every 2: the graph's finiteness flag stays
+    on the device) against an eager core checked every step."""
     config = tiny(lramp=True)                 # the ramp changes every step
     core = stepped(ExplicitCore(config, compile=True), 2)
     assert len(core.graphs._graphs) == 4
     made = len(graphs_made)
+    core.check_every = 2
     core.iend = 6
     core.run_time_loop()
     assert len(graphs_made) == made
     eager = stepped(ExplicitCore(config), 6)
+    assert core.state.keys() == eager.state.keys() and core.vamax == eager.vamax
     for name, want in eager.state.items():
         assert torch.equal(core.state[name], want), name
 
