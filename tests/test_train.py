@@ -40,18 +40,22 @@ def tiny_config():
                                cg_tol=1e-14)
 
 
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """(folder, pom2k config file, dataset folder). cg_tol 1e-14: two
-    runs that differ in round-off (one batch of 2 against 2 ranks of 1)
-    agree to 1e-12 only when the elevation solver converges past it."""
-    folder = tmp_path_factory.mktemp("train")
+def tiny_dataset(folder: Path, core: str) -> tuple[Path, Path, Path]:
+    """(folder, pom2k config file, dataset folder) of the tiny config on ``core``."""
     config = tiny_config()
     config.to_namelist().write(folder / "tiny.nml")
     every = 2 * DTI / 86400
     generate(config, folder / "data", days=(SNAPSHOTS - 1) * every, every=every,
-             core="implicit", members=MEMBERS, log=open(os.devnull, "w"))
+             core=core, members=MEMBERS, log=open(os.devnull, "w"))
     return folder, folder / "tiny.nml", folder / "data"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The implicit core's dataset. cg_tol 1e-14: two runs that differ in
+    round-off (one batch of 2 against 2 ranks of 1) agree to 1e-12 only
+    when the elevation solver converges past it."""
+    return tiny_dataset(tmp_path_factory.mktemp("train"), "implicit")
 
 
 @pytest.fixture
@@ -213,14 +217,8 @@ def test_core_pool_restore_leaves_no_graph_history(made, home, tmp_path):
 @pytest.fixture(scope="module")
 def made_explicit(tmp_path_factory):
     """The tiny dataset on the explicit core, whose batches step as one
-    ensemble (pompy.core.ensemble); a passed certificate for it."""
-    folder = tmp_path_factory.mktemp("train_explicit")
-    config = tiny_config()
-    config.to_namelist().write(folder / "tiny.nml")
-    every = 2 * DTI / 86400
-    generate(config, folder / "data", days=(SNAPSHOTS - 1) * every, every=every,
-             core="explicit", members=MEMBERS, log=open(os.devnull, "w"))
-    return folder, folder / "tiny.nml", folder / "data"
+    ensemble (pompy.core.ensemble)."""
+    return tiny_dataset(tmp_path_factory.mktemp("train_explicit"), "explicit")
 
 
 def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_explicit, tmp_path,

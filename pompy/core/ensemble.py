@@ -40,7 +40,7 @@ from pompy.config import MEMBER_PARAMS
 from pompy.autodiff.policies import policies_in_force
 from pompy.core import stepping
 from pompy.core.external import cg
-from pompy.core.model import Core, _SLACK
+from pompy.core.model import Core, within_limits
 from pompy.errors import ModelStop
 
 GRID = frozenset(variables.names(kind="grid"))
@@ -131,11 +131,11 @@ class Ensemble:
         ens = cls.__new__(cls)
         ens._hold(cores[0], {n: torch.stack([c.state[n] for c in cores])
                              for n in cores[0].state if n not in GRID})
-        for name in MEMBER_PARAMS:
-            values = [c.params[name] for c in cores]
-            if any(v != values[0] for v in values):
-                for m, value in enumerate(values):
-                    ens.set_member_params(m, **{name: value})
+        for name in MEMBER_PARAMS:         # where they differ (mismatch: float64 only)
+            values = [float(c.params[name]) for c in cores]
+            if len(set(values)) > 1:
+                ens.member_params[name] = torch.tensor(values, dtype=torch.float64,
+                                                       device=ens.core.device)
         return ens
 
     def set_member_params(self, m: int, **values: float) -> None:
@@ -231,12 +231,8 @@ class Ensemble:
 
     def _passed(self, checks: dict) -> torch.Tensor:
         """Whether each member's step passes a core's checks, (B,) bool (no read)."""
-        c = self.core.config
-        # in float64, as a core compares the values it reads
-        passed = (checks["vamax"].double() <= c.vmaxl) & checks["finite"]
-        if "cg_residual" in checks:
-            passed = passed & (checks["cg_residual"].double() <= c.cg_tol * _SLACK)
-        return passed
+        return within_limits(self.core.config, checks["vamax"], checks["finite"],
+                             checks.get("cg_residual"))
 
     def _failed(self, checks: dict) -> int | None:
         """The first member whose step fails a core's checks (one host read

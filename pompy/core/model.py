@@ -218,6 +218,17 @@ def first_non_finite(state: Mapping) -> tuple[str, tuple[int, ...]]:
     raise ValueError("every field is finite")
 
 
+def within_limits(config: Config, vamax: torch.Tensor, finite: torch.Tensor,
+                  residual: torch.Tensor | None = None) -> torch.Tensor:
+    """A step's checks as a tensor (no read): vamax <= vmaxl, the fields
+    finite, a solver's residual within cg_tol; compared in float64, as the
+    values a checked step reads (a NaN fails)."""
+    going = (vamax.double() <= config.vmaxl) & finite
+    if residual is not None:
+        going = going & (residual.double() <= config.cg_tol * _SLACK)
+    return going
+
+
 def _finite(s: dict) -> torch.Tensor:
     """stepping.finite of a step's new state: a compiled step's graph has
     computed it (its FINITE entry, taken out here)."""
@@ -635,11 +646,7 @@ class Core:
             vamax, residual = s.pop("vamax"), s.pop("cg_residual", None)
             imax, jmax = s.pop("imax"), s.pop("jmax")
             s = run.internal_pass(s, iint, p, routines, time0)
-            # in float64, as the checked path compares the values it reads
-            going = (vamax.double() <= c.vmaxl) & _finite(s)
-            if residual is not None:
-                going = going & (residual.double() <= c.cg_tol * _SLACK)
-            return s, vamax, imax, jmax, going, residual
+            return s, vamax, imax, jmax, within_limits(c, vamax, _finite(s), residual), residual
         # the velocity check: the first value read from the device this
         # step (a NaN fails it; pom2k's check skips NaN)
         residual = s.pop("cg_residual", None)        # an implicit free surface's solver

@@ -227,13 +227,8 @@ class _Divide(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
-        held, quotient, bottom = ctx.saved_tensors
-        gn = gd = None
-        if ctx.needs_input_grad[0]:
-            gn = _sum_to(_policy(ctx, grad / held, bottom), ctx.shapes[0])
-        if ctx.needs_input_grad[1]:
-            gd = _sum_to(_policy(ctx, -grad * quotient / held, bottom), ctx.shapes[1])
-        return gn, gd, None, None, None, None
+        return *_quotient_grads(ctx, grad, lambda g, bottom: _policy(ctx, g, bottom)), \
+            None, None, None, None
 
     @staticmethod
     def jvp(ctx, n_t, d_t, held_t, bottom_t, layer_t, policy_t):
@@ -262,14 +257,20 @@ class _CompiledDivide(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        held, quotient, bottom = ctx.saved_tensors
-        gn = gd = None
-        if ctx.needs_input_grad[0]:
-            gn = _sum_to(apply_policy(grad / held, bottom, policy=ctx.chosen), ctx.shapes[0])
-        if ctx.needs_input_grad[1]:
-            gd = _sum_to(apply_policy(-grad * quotient / held, bottom, policy=ctx.chosen),
-                         ctx.shapes[1])
-        return gn, gd, None, None, None
+        return *_quotient_grads(ctx, grad, lambda g, bottom: apply_policy(
+            g, bottom, policy=ctx.chosen)), None, None, None
+
+
+def _quotient_grads(ctx, grad: Tensor, policy) -> tuple[Tensor | None, Tensor | None]:
+    """n/d's input gradients from the saved (held, quotient, bottom), each
+    through ``policy(g, bottom)`` and summed to its input's shape."""
+    held, quotient, bottom = ctx.saved_tensors
+    gn = gd = None
+    if ctx.needs_input_grad[0]:
+        gn = _sum_to(policy(grad / held, bottom), ctx.shapes[0])
+    if ctx.needs_input_grad[1]:
+        gd = _sum_to(policy(-grad * quotient / held, bottom), ctx.shapes[1])
+    return gn, gd
 
 
 def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
