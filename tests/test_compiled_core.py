@@ -125,7 +125,8 @@ def test_steps_autograd_records_run_eagerly(graphs_made):
     assert all(torch.equal(core.state[n], eager.state[n]) for n in ("el", "u", "t", "q2"))
 
 
-def test_gradients_through_compiled_steps_equal_eager(monkeypatch):
+@pytest.mark.parametrize("checkpoint", [None, "steps"])
+def test_gradients_through_compiled_steps_equal_eager(monkeypatch, checkpoint):
     """With the policies decided in the forward pass (an override in
     force), recorded steps run through the graphs, traced by AOT autograd
     (backend aot_eager: its forward and backward graphs, run op by op):
@@ -135,7 +136,9 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch):
     variants); the graphs are keyed by the policies in force. The
     policies (a CLAMP override, REJECT for profq's layer) change the
     gradient from the built-in PROJECT's, so the compiled backward shows
-    that both reach it."""
+    that both reach it. With checkpoint="steps" each step's graph runs
+    again in the backward pass, recording (the recomputed checkpoints),
+    against eager checkpointed steps."""
     made = []
     monkeypatch.setattr(compiled, "BACKEND", counting("aot_eager", made))
     torch._dynamo.reset()
@@ -145,7 +148,7 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch):
     start = stepped(ExplicitCore(config), 1).numpy_state()
 
     def gradient(compile, policies=policies):
-        core = ExplicitCore(config, compile=compile, policies=policies)
+        core = ExplicitCore(config, compile=compile, policies=policies, checkpoint=checkpoint)
         core.load_state(start, iint=1)
         t0 = core.t.detach().clone().requires_grad_(True)
         core.t = t0
