@@ -224,10 +224,12 @@ def made_explicit(tmp_path_factory):
 def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_explicit, tmp_path,
                                                                          monkeypatch):
     """A batch's physics as one ensemble: the losses and every gradient
-    (networks, a learned parameter) equal those of the cores stepped one
-    by one to the last bit, and so do they where a member's stop makes
-    the cores step again one by one; a batch with a sample at a cold start
-    and one not (a step that differs) steps one by one."""
+    (the networks') equal those of the cores stepped one by one to the
+    last bit, and so do they where a member's stop makes the cores step
+    again one by one; a batch with a sample at a cold start and one not (a
+    step that differs) steps one by one, and so does one with a learned
+    parameter (its gradient would sum the members' parts in another order:
+    pompy.core.ensemble.mismatch)."""
     from pompy.core.ensemble import Ensemble
     from pompy.errors import CFLViolation
 
@@ -244,12 +246,12 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
             raise CFLViolation(self.iint, 9.9, 1, 1, 1.0)
     monkeypatch.setattr(Ensemble, "advance", advance)
 
-    def batch(batched: bool, which) -> tuple:
+    def batch(batched: bool, which, *more) -> tuple:
         monkeypatch.setattr(NPOMTrainerDDP, "batch_physics", batched)
         where = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
-        trainer = NPOMTrainerDDP(options(made_explicit, where, "--core", "explicit", "--learn",
-                                         "horcon", "--grad_clip_norm", 0, "--correction_scale",
-                                         0.05, "--batch_size", 3))
+        trainer = NPOMTrainerDDP(options(made_explicit, where, "--core", "explicit",
+                                         "--grad_clip_norm", 0, "--correction_scale",
+                                         0.05, "--batch_size", 3, *more))
         try:
             samples = [trainer.train_ds[i] for i in range(len(trainer.train_ds))]
             chosen = which(samples)
@@ -278,6 +280,8 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
     mixed = lambda samples: ([s for s in samples if int(s["iint"]) == 0][:1]   # noqa: E731
                              + [s for s in samples if int(s["iint"]) > 0][:1])
     batch(True, mixed)
+    assert advanced == [3, 3]
+    batch(True, warm, "--learn", "horcon")
     assert advanced == [3, 3]
 
 

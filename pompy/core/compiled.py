@@ -50,10 +50,11 @@ RECOMPILE_LIMIT = 64
 # torch.compile's backend (the tests trace with Dynamo's "eager": the same
 # graphs in a minute, not ten)
 BACKEND = "inductor"
-# Inductor's options: its wrapper around the kernels in C++, not Python (a
-# graph allocates and views hundreds of buffers a call; measured at
-# 65x49x21 float64, one thread, six rounds alternating in one process:
-# 60.5 ms a step against 71.7, faster in five rounds of six)
+# Inductor's options on the CPU: its wrapper around the kernels in C++, not
+# Python (a graph allocates and views hundreds of buffers a call; measured
+# at 65x49x21 float64, one thread, six rounds alternating in one process:
+# 60.5 ms a step against 71.7, faster in five rounds of six). Not measured
+# on a GPU, so not used there.
 INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 _RAMP = "ramp"
 _CHECK = ("vamax", "imax", "jmax")
@@ -111,7 +112,8 @@ class StepGraphs:
                 return fn(dict(zip(names, args[:n])), {**fixed, **dict(zip(inputs, args[n:]))})
             # a code object of its own: Dynamo keeps versions per code object
             run.__code__ = run.__code__.replace(co_name=f"pompy_{len(self._graphs)}")
-            options = INDUCTOR_OPTIONS if BACKEND == "inductor" else None
+            cpu = self.core.device.type == "cpu"
+            options = INDUCTOR_OPTIONS if BACKEND == "inductor" and cpu else None
             graph = self._graphs[key] = torch.compile(run, backend=BACKEND, dynamic=False,
                                                       options=options)
         return graph

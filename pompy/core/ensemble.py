@@ -54,11 +54,14 @@ def mismatch(cores: list[Core]) -> str | None:
     """Why ``cores`` cannot be the members of one ensemble whose steps are
     theirs to the last bit (None: they can): cores of one kind, config,
     device, dtype, routines and policies, none checkpointed, at one step,
-    with the same parameters (the same objects for tensors: a learned
-    parameter; in float64 the numbers of config.MEMBER_PARAMS may differ,
-    each member running with its own), the same grid fields (the same objects where one requires
-    grad: the members share the first core's) and a solver, if any, that a
-    batch runs too (not the PCG, whose early exit reads the host). Start
+    with the same parameters (the same objects for tensors; in float64 the
+    numbers of config.MEMBER_PARAMS may differ, each member running with
+    its own), the same grid fields and a solver, if any, that a batch runs
+    too (not the PCG, whose early exit reads the host). None learned (a
+    parameter or grid field that requires grad): the members would share
+    it, and its gradient would sum their parts in another order than their
+    single runs' backward does (measured: the last bits of a learned
+    horcon's gradient through three members differ). Start
     times (time0) may differ where a step does not read them: without the
     forcing ramp (lramp) and with all or none at a cold start (time0 = 0:
     no internal mode on the first step); the ensemble takes the first
@@ -70,6 +73,11 @@ def mismatch(cores: list[Core]) -> str | None:
         return "a core's elevation solver is not the reference CG, which a batch runs"
     if any(core.checkpoint is not None for core in cores):
         return "a checkpointed core cannot run under torch.vmap"
+    learned = [n for n, v in (*first.params.items(), *first.state.items())
+               if torch.is_tensor(v) and v.requires_grad and (n in GRID or n in first.params)]
+    if learned:
+        return (f"learned {', '.join(learned)}: the members' gradients would sum "
+                "in another order than their single runs'")
     for core in cores[1:]:
         if not (type(core) is type(first) and core.config == first.config
                 and (core.device, core.dtype) == (first.device, first.dtype)
