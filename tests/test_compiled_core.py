@@ -136,9 +136,8 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch, checkpoint):
     variants); the graphs are keyed by the policies in force. The
     policies (a CLAMP override, REJECT for profq's layer) change the
     gradient from the built-in PROJECT's, so the compiled backward shows
-    that both reach it. With checkpoint="steps" each step's graph runs
-    again in the backward pass, recording (the recomputed checkpoints),
-    against eager checkpointed steps."""
+    that both reach it. With checkpoint="steps" (each step recomputed in
+    the backward pass) the gradient is that of eager checkpointed steps."""
     made = []
     monkeypatch.setattr(compiled, "BACKEND", counting("aot_eager", made))
     torch._dynamo.reset()

@@ -218,9 +218,12 @@ def test_cores_join_as_members_and_each_steps_as_its_own_run():
     late[1].time0 = 1.0
     late[1].h = late[1].h.clone().requires_grad_(True)     # its own, learned: not shared
     assert "grids differ" in mismatch(late)
+    late[0].h = late[1].h                              # one learned h, shared
+    assert "learned h" in mismatch(late)
+    late[0].h = late[1].h = late[1].h.detach()
+    assert mismatch(late) is None
     learned = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
     for core in late:                                  # one learned horcon, shared
-        core.h = late[0].h
         core.params = dict(core.params, horcon=learned)
     assert "learned horcon" in mismatch(late)
     implicit = [ImplicitCore(config), ImplicitCore(config)]
