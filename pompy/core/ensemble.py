@@ -73,8 +73,8 @@ def mismatch(cores: list[Core]) -> str | None:
         return "a core's elevation solver is not the reference CG, which a batch runs"
     if any(core.checkpoint is not None for core in cores):
         return "a checkpointed core cannot run under torch.vmap"
-    learned = [n for n, v in (*first.params.items(), *first.state.items())
-               if torch.is_tensor(v) and v.requires_grad and (n in GRID or n in first.params)]
+    learned = [n for n, v in first.params.items() if torch.is_tensor(v) and v.requires_grad]
+    learned += [n for n in sorted(GRID & first.state.keys()) if first.state[n].requires_grad]
     if learned:
         return (f"learned {', '.join(learned)}: the members' gradients would sum "
                 "in another order than their single runs'")
