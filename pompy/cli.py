@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--fortran-math", action="store_true",
                          help="the torch core with pom2k's elementary function values "
                               "(pompy.compat.fortran_math; CPU float64): bit for bit with Fortran")
+    run_cmd.add_argument("--compile", action="store_true",
+                         help="run the torch core's steps as whole torch.compile graphs (a step about 2.5x "
+                              "faster at 65x49x21 on the CPU; the first run of a grid compiles for minutes, "
+                              "later ones load Inductor's cache)")
     run_cmd.set_defaults(handler=run_command)
 
     compare_cmd = commands.add_parser("compare", help="differences between two NetCDF outputs, field by field and time by time")
@@ -207,7 +211,7 @@ def run_command(args: argparse.Namespace) -> int:
         run_case(config, output, core=args.core, steps=args.steps, restart=restart,
                  device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check,
                  overwrite=args.overwrite, force=args.force, fortran_math=args.fortran_math,
-                 oracle=args.oracle, check_every=args.check_every)
+                 oracle=args.oracle, check_every=args.check_every, compile=args.compile)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3

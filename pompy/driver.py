@@ -81,15 +81,35 @@ def check_device(core: str, device: str, dtype: str, fortran_math: bool = False)
         raise InputError(f"--device {device}: pompy runs on cpu or cuda")
 
 
+def check_compile(core: str, fortran_math: bool = False) -> None:
+    """InputError where --compile cannot serve: the oracle, and
+    fortran_math's host callbacks (whose steps run eagerly)."""
+    if core == "oracle":
+        raise InputError("--compile is for the torch cores (--core explicit or implicit), "
+                         "not the Fortran oracle")
+    if fortran_math:
+        raise InputError("--compile and --fortran-math do not go together: pompy.compat."
+                         "fortran_math's host callbacks run eagerly; drop one of them")
+
+
+COMPILING = ("compiling the step graphs (torch.compile): minutes at the first run of a grid "
+             "and precision, seconds once Inductor's cache (TORCHINDUCTOR_CACHE_DIR) holds them")
+
+
 def make_model(config: Config, core: str = "explicit", device: str = "cpu",
                dtype: str = "float64", restart: Path | Restart | None = None,
-               check_cfl: bool = False, oracle: bool = False, check_every: int = 1):
+               check_cfl: bool = False, oracle: bool = False, check_every: int = 1,
+               compile: bool = False):
     """A set-up model of ``core`` (one set-up), with ``check_cfl`` its CFL
     limit checked on that set-up (as `pompy run` does), at iint 0 or at
     the step of the restart (a file, or one read_restart gave). ``oracle``
     with core "implicit": the implicit core's Fortran twin. A torch core
-    reads its stop checks every ``check_every`` steps (Core.check_every)."""
+    reads its stop checks every ``check_every`` steps (Core.check_every)
+    and with ``compile`` runs its steps as whole-step graphs
+    (pompy.core.compiled)."""
     check_device("oracle" if oracle else core, device, dtype)
+    if compile:
+        check_compile("oracle" if oracle else core)
     if check_every != 1 and (core == "oracle" or oracle):
         raise InputError("--check-every is for the torch cores (the Fortran checks every step)")
     if core == "oracle" or oracle:
@@ -103,7 +123,8 @@ def make_model(config: Config, core: str = "explicit", device: str = "cpu",
         from pompy.core.implicit import ImplicitCore
 
         kind = ImplicitCore if core == "implicit" else ExplicitCore
-        model = kind(config, device=device, dtype=getattr(torch, dtype), check_every=check_every)
+        model = kind(config, device=device, dtype=getattr(torch, dtype), check_every=check_every,
+                     compile=compile)
         model.run_initialization()
     if check_cfl:                                   # the set-up's own grid, not a copy
         (check_internal_cfl if core == "implicit" else check_external_cfl)(config, model.state)
@@ -217,17 +238,20 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
              restart: Path | Restart | None = None, device: str = "cpu", dtype: str = "float64",
              progress: bool = True, check_cfl: bool = False, overwrite: bool = False,
              force: bool = False, fortran_math: bool = False, oracle: bool = False,
-             check_every: int = 1):
+             check_every: int = 1, compile: bool = False):
     """Run a case: ``<core>_output.nc`` at the record steps and
     ``<core>_restart.nc`` every ``restart_every`` days and at the end (a run
     continued from a restart at step N writes ``..._from_<N>.nc`` files:
     see output_files). On a blow-up or
     a signal the restart holds the last good step and the raised ModelStop
-    or Interrupted names it. Returns the model."""
+    or Interrupted names it. ``compile``: whole-step graphs (torch.compile).
+    Returns the model."""
     if oracle and core != "implicit":
         raise InputError("--oracle goes with --core implicit (its Fortran twin); the explicit "
                          "Fortran driver is --core oracle")
     check_device("oracle" if oracle else core, device, dtype, fortran_math)
+    if compile:
+        check_compile("oracle" if oracle else core, fortran_math)
     # a Restart object is the caller's own state (not validated as a file is)
     saved = restart if restart is None or isinstance(restart, Restart) else read_restart(restart, config)
     first = saved.iint + 1 if saved is not None else 1
@@ -246,8 +270,11 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
     if progress and size > 1e9:
         print(f"pompy: the output will take about {gigabytes(size)} ({len(records)} records); "
               "--output-every DAYS writes fewer", file=sys.stderr)
+    if progress and compile:
+        print(f"pompy: {COMPILING}", file=sys.stderr)
     with _elementary_functions(fortran_math):
-        model = make_model(config, core, device, dtype, saved, check_cfl, oracle, check_every)
+        model = make_model(config, core, device, dtype, saved, check_cfl, oracle, check_every,
+                           compile)
         return _time_loop(model, config, name, first, last, records, out_path, restart_path,
                           progress, fortran_math)
 

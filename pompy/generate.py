@@ -86,7 +86,7 @@ from pompy.core.ensemble import Ensemble
 from pompy.core.implicit import ImplicitCore
 from pompy.core.setup import check_external_cfl, check_internal_cfl
 from pompy.dataset import FORMAT, dataset_file, grid_fields, state_fields
-from pompy.driver import check_device, check_memory, prepare_output
+from pompy.driver import COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.io import _axes, _create, _define, _to_cf
 from pompy.provenance import source_hash
@@ -287,9 +287,10 @@ def _device(device: str, local_rank: int, world: int) -> str:
     return f"cuda:{local_rank}" if device == "cuda" and world > 1 else device
 
 
-def _set_up(core_name: str, config: Config, device: str, dtype: str) -> Core:
+def _set_up(core_name: str, config: Config, device: str, dtype: str, compile: bool = False) -> Core:
     kind = CORES[core_name]
-    core = kind.core(config, device=device, dtype=getattr(torch, dtype))
+    options = {"compile": True} if compile else {}       # a registered core may not take it
+    core = kind.core(config, device=device, dtype=getattr(torch, dtype), **options)
     core.run_initialization()
     kind.check_cfl(config, core.state)          # the set-up's own grid, as pompy run does
     return core
@@ -301,6 +302,8 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
     perturbed (seed >= 0), its time-0 snapshot, then ``records`` snapshots
     every ``steps`` steps."""
     core.restore(start)
+    if core.graphs is not None:       # a graph input, not a constant compiled into each member's graphs
+        wind = torch.tensor(wind, dtype=torch.float64, device=core.device)
     core.params = dict(core.params, wind_factor=wind)     # what surface_forcing reads
     if seed >= 0 and perturb == "ic":
         perturb_ic(core, seed, amplitude)
@@ -311,7 +314,7 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
         writer.write(local, n, record)
 
 
-def batched(core: str, perturb: str, members: int, dtype: str) -> bool:
+def batched(core: str, perturb: str, members: int, dtype: str, compile: bool = False) -> bool:
     """Whether a process runs its members as one Ensemble: the explicit
     core, more than one member, with ic perturbations (one set of
     parameters) or, in float64, wind members (a wind factor each:
@@ -320,8 +323,11 @@ def batched(core: str, perturb: str, members: int, dtype: str) -> bool:
     21x17x11, 0.93x at 65x49x21) and gives each member's single run to the
     last bit. Not the implicit core (batched, its PCG's early exit gives
     way to the fixed-budget CG: 0.69x and 1.52x, and not the single run's
-    bits), nor float32 wind members (their factor would round otherwise)."""
-    return core == "explicit" and members > 1 and (perturb == "ic" or dtype == "float64")
+    bits), nor float32 wind members (their factor would round otherwise),
+    nor with ``compile``: compiled graphs do not serve the ensemble's vmap,
+    and one compiled core stepping the members in turn is faster still."""
+    return not compile and core == "explicit" and members > 1 \
+        and (perturb == "ic" or dtype == "float64")
 
 
 def _run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[int],
@@ -365,7 +371,7 @@ class Plan(NamedTuple):
 
 def plan(config: Config, output_dir: Path, days: float, every: float, core: str, members: int,
          perturb: str, amplitude: float, seed: int, device: str, dtype: str, overwrite: bool,
-         force: bool, environ: Mapping[str, str]) -> Plan:
+         force: bool, environ: Mapping[str, str], compile: bool = False) -> Plan:
     """Every check before the run (InputError naming what is wrong): the
     choices, the torchrun split, the schedule, the device, the output
     folder and file, memory and disk."""
@@ -384,7 +390,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)
     check_memory(config, core, dtype, force,
-                 len(mine) if batched(core, perturb, len(mine), dtype) else 1)
+                 len(mine) if batched(core, perturb, len(mine), dtype, compile) else 1)
     _check_disk(Path(output_dir), estimate_dataset_bytes(config, len(mine), records + 1), force)
     return Plan(path, mine, steps, records, device, rank, world)
 
@@ -393,23 +399,27 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
              members: int = 1, perturb: str = "ic", amplitude: float | None = None,
              seed: int = 0, device: str = "cpu", dtype: str = "float64", overwrite: bool = False,
              force: bool = False, environ: Mapping[str, str] | None = None,
-             log=None) -> Path:
+             log=None, compile: bool = False) -> Path:
     """Write this process's dataset file (see the module docstring) and
     return its path; InputError before anything runs for bad input,
     ModelStop (with ``member`` set) if a member blows up. ``amplitude``:
     None for the kind's default (DEFAULT_AMPLITUDES). ``environ``:
     where RANK and WORLD_SIZE are read (default os.environ); ``log``: the
-    stream of the size line and per-member lines (default stderr)."""
+    stream of the size line and per-member lines (default stderr);
+    ``compile``: the core's steps as whole torch.compile graphs, the members
+    one after another (a dataset equal to the uncompiled one's)."""
     log = sys.stderr if log is None else log
     if amplitude is None and perturb in DEFAULT_AMPLITUDES:
         amplitude = DEFAULT_AMPLITUDES[perturb]
     p = plan(config, output_dir, days, every, core, members, perturb, amplitude, seed, device,
-             dtype, overwrite, force, os.environ if environ is None else environ)
+             dtype, overwrite, force, os.environ if environ is None else environ, compile)
     prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
     size = estimate_dataset_bytes(config, len(p.members), p.records + 1)
     print(f"{prefix}: {p.path} will take about {size / 1e6:.3g} MB ({len(p.members)} members x "
           f"{p.records + 1} snapshots, every {p.steps} steps)", file=log, flush=True)
-    model = _set_up(core, config, p.device, dtype)
+    if compile:
+        print(f"{prefix}: {COMPILING}", file=log, flush=True)
+    model = _set_up(core, config, p.device, dtype, compile)
     start = model.capture()
     seeds = [member_seed(seed, m) for m in p.members]
     winds = [wind_factor(config, perturb, m_seed, amplitude) for m_seed in seeds]
@@ -419,7 +429,7 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
                            [n * p.steps for n in range(p.records + 1)], start["time0"], attributes)
     complete = False
     try:
-        if batched(core, perturb, len(p.members), dtype):
+        if batched(core, perturb, len(p.members), dtype, compile):
             began = _time.perf_counter()
             _run_ensemble(model, start, writer, p.members, perturb, seeds, amplitude, winds,
                           p.steps, p.records)
@@ -541,6 +551,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch device: cpu, cuda (cuda:LOCAL_RANK under torchrun), cuda:N")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                         help="precision of the core (default float64; stored as float64)")
+    parser.add_argument("--compile", action="store_true",
+                        help="run the core's steps as whole torch.compile graphs, the members one "
+                             "after another (faster on the CPU; the first run of a grid compiles "
+                             "for minutes, later ones load Inductor's cache)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset file")
     parser.add_argument("--force", action="store_true",
                         help="run even if the estimated memory or disk space is short")
@@ -563,7 +577,7 @@ def run_command(args: argparse.Namespace) -> int:
         generate(config, args.output, args.days, args.every, core=args.core,
                  members=args.members, perturb=args.perturb, amplitude=args.amplitude,
                  seed=args.seed, device=args.device, dtype=args.dtype,
-                 overwrite=args.overwrite, force=args.force)
+                 overwrite=args.overwrite, force=args.force, compile=args.compile)
     except ModelStop as exc:
         print(f"pompy generate stopped: member {getattr(exc, 'member', '?')}: {exc}; "
               "no dataset was written", file=sys.stderr)

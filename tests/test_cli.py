@@ -44,7 +44,8 @@ def test_run_passes_config_output_steps_core_device_dtype(monkeypatch, tmp_path)
     assert cli.main(["run", SEAMOUNT, "--steps", "3", "--output", str(tmp_path), "--core", "oracle"]) == 0
     (config, output, kw), = calls
     assert (config.im, output) == (65, tmp_path)
-    flags = dict(overwrite=False, force=False, fortran_math=False, oracle=False, check_every=1)
+    flags = dict(overwrite=False, force=False, fortran_math=False, oracle=False, check_every=1,
+                 compile=False)
     assert kw == dict(core="oracle", steps=3, restart=None, device="cpu", dtype="float64",
                       check_cfl=True, **flags)
     cli.main(["run", SEAMOUNT, "--dtype", "float32", "--overwrite", "--restart-every", "0.5"])
@@ -79,3 +80,15 @@ def test_setup_without_gfortran_and_root_prints_the_command(monkeypatch, capsys)
 def test_steps_must_be_positive():
     with pytest.raises(SystemExit):
         cli.main(["run", SEAMOUNT, "--steps", "0"])
+
+
+def test_compile_is_refused_where_it_cannot_serve(tmp_path, capsys):
+    """--compile with the Fortran oracle, or with --fortran-math (whose host
+    callbacks run eagerly): one line, exit 2, nothing written."""
+    for extra, told in ((["--core", "oracle"], "--compile is for the torch cores"),
+                        (["--fortran-math"], "--compile and --fortran-math do not go together")):
+        assert cli.main(["run", SEAMOUNT, "--compile", "--steps", "1", "--output", str(tmp_path),
+                         *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"pompy: {told}") and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())

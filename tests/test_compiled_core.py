@@ -227,3 +227,28 @@ def test_implicit_core_compiles_its_external_mode_whole(graphs_made):
 def test_compile_choice_is_checked():
     with pytest.raises(ValueError, match="compile='yes'"):
         ExplicitCore(tiny(), compile="yes")
+
+
+def test_pompy_run_compile_writes_the_uncompiled_runs_files(graphs_made, tmp_path, capsys):
+    """`pompy run --compile`: the core's steps go through the graphs (four
+    made), the compiling line comes first, and the output and restart
+    files hold the uncompiled run's every value to the last bit."""
+    import netCDF4
+    import numpy as np
+
+    from pompy.cli import main
+
+    config = tmp_path / "tiny.nml"
+    tiny(lramp=True).to_namelist().write(config)
+    for folder, extra in (("compiled", ["--compile"]), ("eager", [])):
+        assert main(["run", str(config), "--steps", "4", "--output", str(tmp_path / folder),
+                     *extra]) == 0
+        if extra:
+            assert len(graphs_made) == 4
+            assert capsys.readouterr().err.startswith("pompy: compiling the step graphs")
+    for name in ("explicit_output.nc", "explicit_restart.nc"):
+        with netCDF4.Dataset(tmp_path / "compiled" / name) as a, \
+                netCDF4.Dataset(tmp_path / "eager" / name) as b:
+            assert a.variables.keys() == b.variables.keys()
+            for var in b.variables:
+                assert np.array_equal(a[var][...], b[var][...]), (name, var)
