@@ -298,6 +298,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
         if fortran_math else "gfortran's (the oracle)" if core.startswith("oracle") else "torch's")}
 
     def save(state: dict, iint: int) -> Path:
+        writer.drain()          # HDF5 is not thread-safe: the output record first
         return write_restart(restart_path, config, state, iint, days(iint), model.time0,
                              attributes=attributes)
 
@@ -306,7 +307,9 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
     # a run keeps no graph: without one the cores may take host-side fast
     # paths (ops.sqrt_rn through numpy) that a gradient step must not
     with signals_caught() as caught, torch.no_grad():   # from here on a signal loses no completed step
-        writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes)
+        # records compressed and written while the run goes on
+        writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes,
+                              background=True)
         bar = Progress(last - first + 1, f"{core} {config.title}", progress)
         start = _time.perf_counter()
 
@@ -331,7 +334,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
             raise
         finally:
             bar.close()
-            writer.close()
+            writer.close()              # the last record; its error, if any, raised here
         save(model.numpy_state(), last)       # a signal now finds the run complete
     if progress:
         print(f"{last - first + 1} internal steps in {_time.perf_counter() - start:.2f} s; "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
@@ -142,11 +143,21 @@ def _axes(ds, state: dict, compress: bool) -> None:
 
 class OutputWriter:
     """Writes the output fields of the variable table at each call of write();
-    ``attributes``: more global attributes (name: str or number)."""
+    ``attributes``: more global attributes (name: str or number).
+
+    With ``background``, a record is compressed and written by a thread of
+    its own while the caller goes on (netCDF4 lets go of the GIL there):
+    write() copies the fields and returns, after the record before it is
+    written. An error of a record is raised by the next write() or by
+    close(). HDF5 is not thread-safe: call drain() before any other netCDF
+    work in the process (a restart)."""
 
     def __init__(self, path: Path, config: Config, state: dict, compress: bool = True,
-                 attributes: dict | None = None):
+                 attributes: dict | None = None, background: bool = False):
         self.path = Path(path)
+        self._pool = ThreadPoolExecutor(1, "pompy-output") if background else None
+        self._pending: Future | None = None
+        self._error: BaseException | None = None
         self.ds = _create(self.path, config, config.title, attributes)
         try:
             self._define_all(state, compress)
@@ -170,15 +181,43 @@ class OutputWriter:
         self.iint.long_name = "internal step number"
 
     def write(self, state: dict, iint: int, time_days: float) -> None:
+        if self._pool is None:
+            return self._write({name: state[name] for name in self.fields}, iint, time_days)
+        self.drain()
+        self._raise()
+        fields = {name: np.array(state[name]) for name in self.fields}   # the caller's arrays may change
+        self._pending = self._pool.submit(self._write, fields, iint, time_days)
+
+    def _write(self, fields: dict, iint: int, time_days: float) -> None:
         n = len(self.ds.dimensions["time"])
         self.ds["time"][n] = time_days
         self.iint[n] = iint
-        for name in self.fields:
-            self.ds[name][n] = _to_cf(state[name])
+        for name, value in fields.items():
+            self.ds[name][n] = _to_cf(value)
         self.ds.sync()
 
+    def drain(self) -> None:
+        """Wait for the record being written; its error is kept for the next
+        write() or close()."""
+        if self._pending is not None:
+            self._error = self._error or self._pending.exception()
+            self._pending = None
+
+    def _raise(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
     def close(self) -> None:
+        """Write the last record and close the file (again: nothing); raises
+        a record's error not raised before."""
+        if not self.ds.isopen():
+            return
+        self.drain()
+        if self._pool is not None:
+            self._pool.shutdown()
         self.ds.close()
+        self._raise()
 
 
 # Compressed size / values' size, measured on the seamount (65 x 49 x 21)

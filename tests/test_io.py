@@ -139,6 +139,57 @@ def test_compressed_output_reads_back_to_the_last_bit(config, state, tmp_path):
                     np.testing.assert_array_equal(bits(ds[name][n].T), bits(s[name]), err_msg=name)
 
 
+def test_records_written_in_the_background_are_those_given(config, state, tmp_path):
+    """OutputWriter(background=True): each record holds the arrays as they
+    were at write() (the caller changes them in place right after), to the
+    bit, as a writer in the caller's thread writes them."""
+    rng = np.random.default_rng(3)
+    live = {name: np.array(value) for name, value in state.items()}
+    given = []
+    path = tmp_path / "background.nc"
+    writer = OutputWriter(path, config, state, background=True)
+    for iint in (6, 12, 18):
+        for name in output_fields():
+            live[name][...] = rng.standard_normal(live[name].shape)
+        given.append({name: live[name].copy() for name in output_fields()})
+        writer.write(live, iint, iint / 480)
+    for name in output_fields():
+        live[name][...] = np.nan
+    writer.close()
+    writer.close()                                      # closed: nothing more
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_mask(False)
+        assert list(ds["iint"][:]) == [6, 12, 18]
+        for n, record in enumerate(given):
+            for name, value in record.items():
+                np.testing.assert_array_equal(bits(ds[name][n].T), bits(value), err_msg=name)
+
+
+def test_a_background_records_error_is_raised_by_the_next_call(config, state, tmp_path, monkeypatch):
+    """A record that fails in the writer's thread raises its error in the
+    caller: at the next write(), or at close() for the last one; drain()
+    waits without raising."""
+    calls = []
+
+    def failing(self, fields, iint, time_days):
+        calls.append(iint)
+        raise OSError(f"disk full at {iint}")
+    for last in (False, True):
+        writer = OutputWriter(tmp_path / f"failing_{last}.nc", config, state, background=True)
+        monkeypatch.setattr(OutputWriter, "_write", failing)
+        writer.write(state, 6, 0.1)
+        writer.drain()
+        if last:
+            with pytest.raises(OSError, match="disk full at 6"):
+                writer.close()
+        else:
+            with pytest.raises(OSError, match="disk full at 6"):
+                writer.write(state, 12, 0.2)
+            writer.close()                  # the error was raised once
+        monkeypatch.undo()
+    assert calls == [6, 6]
+
+
 def test_compressed_restart_round_trips_bit_for_bit(config, state, tmp_path):
     rng = np.random.default_rng(3)
     noisy = {name: (a + rng.standard_normal(a.shape) * 1e-3 if name not in ("h", "fsm") else a)

@@ -27,7 +27,10 @@ Four Markdown tables go to stdout:
   GPU every phase boundary synchronises, so phases add up to more than the
   unhooked step;
 - I/O: one output record (numpy_state and OutputWriter.write, compressed)
-  and what it costs per step at the config's record interval;
+  and what it costs per step at the config's record interval, written in
+  the caller's thread and by `pompy run`'s background writer (the caller's
+  share: its write() calls and the close, the core stepping between the
+  records);
 - torch calls per step of the eager rows: every torch function, tensor
   method, operator and tensor property the step calls (a
   TorchFunctionMode), and the ATen operators the dispatcher runs for them
@@ -231,17 +234,28 @@ def count_calls(core, device: str) -> tuple[int, int]:
     return counter.calls, aten
 
 
-def output_record_ms(core, records: int = 3) -> float:
-    """ms to copy the state to the host and write one compressed output record."""
+def output_record_ms(core, device: str, steps_between: int, records: int = 3) -> tuple[float, float]:
+    """ms to copy the state to the host and write one compressed output
+    record: in the caller's thread, and the caller's share with `pompy
+    run`'s background writer while the core steps ``steps_between`` steps
+    after each record (the write() calls and the final close())."""
     with tempfile.TemporaryDirectory() as tmp:
-        writer = OutputWriter(Path(tmp) / "benchmark.nc", core.config, core.numpy_state())
-        try:
-            start = time.perf_counter()
-            for n in range(records):
-                writer.write(core.numpy_state(), core.iint, float(n))
-            return (time.perf_counter() - start) / records * 1e3
-        finally:
-            writer.close()
+        spent = [0.0, 0.0]
+        for background in (False, True):
+            writer = OutputWriter(Path(tmp) / f"{background}.nc", core.config, core.numpy_state(),
+                                  background=background)
+            try:
+                for n in range(records):
+                    start = time.perf_counter()
+                    writer.write(core.numpy_state(), core.iint, float(n))
+                    spent[background] += time.perf_counter() - start
+                    if background:
+                        run(core, steps_between, device)
+            finally:
+                start = time.perf_counter()
+                writer.close()
+                spent[background] += time.perf_counter() - start
+        return spent[0] / records * 1e3, spent[1] / records * 1e3
 
 
 def cuda_vs_cpu(core, config) -> float:
@@ -314,7 +328,8 @@ def main(argv=None) -> None:
                     calls.append((spec, label, *count_calls(core, args.device)))
                 if dtype == torch.float64 and not compile:
                     every = len(record_steps(config, 1, 1000)) / 1000
-                    io.append((spec, label, output_record_ms(core), every))
+                    io.append((spec, label, *output_record_ms(core, args.device, round(1 / every)),
+                               every))
                     if args.device != "cpu":
                         parity.append((spec, label, core.iint, cuda_vs_cpu(core, config)))
 
@@ -325,10 +340,12 @@ def main(argv=None) -> None:
         print(f"| {spec} | {label} | " + " | ".join(f"{ms[p]:.1f}" for p in PHASES)
               + f" | {ms['step']:.1f} | {avg} |")
     print()
-    print("| grid | model | output record (ms) | records / step | I/O ms / step |")
-    print("|---|---|---|---|---|")
-    for spec, label, ms, every in io:
-        print(f"| {spec} | {label} | {ms:.1f} | {every:.3f} | {ms * every:.1f} |")
+    print("| grid | model | output record (ms) | records / step | I/O ms / step "
+          "| in the background: ms / record | ms / step |")
+    print("|---|---|---|---|---|---|---|")
+    for spec, label, ms, background, every in io:
+        print(f"| {spec} | {label} | {ms:.1f} | {every:.3f} | {ms * every:.1f} | "
+              f"{background:.1f} | {background * every:.1f} |")
     print()
     print("| grid | model | torch calls / step | ATen operators / step |")
     print("|---|---|---|---|")
