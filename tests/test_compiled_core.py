@@ -131,13 +131,15 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch, checkpoint):
     force), recorded steps run through the graphs, traced by AOT autograd
     (backend aot_eager: its forward and backward graphs, run op by op):
     the gradient of two steps' loss (from step 1: both run the internal
-    mode) with respect to the initial t is eager's to 1e-12 (measured:
-    equal to the last bit), with no graph break (the safe ops' compiled
+    mode) with respect to the initial t is eager's to the last bit (issue
+    14 asks for 1e-12), with no graph break (the safe ops' compiled
     variants); the graphs are keyed by the policies in force. The
     policies (a CLAMP override, REJECT for profq's layer) change the
     gradient from the built-in PROJECT's, so the compiled backward shows
     that both reach it. With checkpoint="steps" (each step recomputed in
-    the backward pass) the gradient is that of eager checkpointed steps."""
+    the backward pass) the gradient is that of eager checkpointed steps,
+    and the backward pass recomputes the steps through the graphs (as many
+    graph calls as the forward pass; none without checkpoints)."""
     made = []
     monkeypatch.setattr(compiled, "BACKEND", counting("aot_eager", made))
     torch._dynamo.reset()
@@ -146,13 +148,21 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch, checkpoint):
                                     layers={"profq": GradientPolicy.REJECT})
     start = stepped(ExplicitCore(config), 1).numpy_state()
 
+    calls = {"forward": 0, "backward": 0}
+
     def gradient(compile, policies=policies):
         core = ExplicitCore(config, compile=compile, policies=policies, checkpoint=checkpoint)
         core.load_state(start, iint=1)
+        if compile:           # the graph calls of the forward pass, then of the backward pass
+            graph_call, phase = core.graphs._call, ["forward"]
+            core.graphs._call = lambda *args: calls.__setitem__(
+                phase[0], calls[phase[0]] + 1) or graph_call(*args)
         t0 = core.t.detach().clone().requires_grad_(True)
         core.t = t0
         core.iend = 3
         core.run_time_loop()
+        if compile:
+            phase[0] = "backward"
         # scaled: the safe ops' products grad * derivative pass CLAMP's bound
         (1e6 * (core.u.square().sum() + core.el.sum()) + core.t.sum()).backward()
         return core, t0.grad
@@ -166,8 +176,9 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch, checkpoint):
             assert {key[-1] for key in core.graphs._graphs} == {forward_policies_key()}
     finally:
         torch._dynamo.reset()
-    assert want.abs().max() > 0
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12 * want.abs().max().item())
+    assert want.abs().max() > 0 and torch.equal(got, want)
+    # checkpointed steps recompute their forward pass through the graphs
+    assert calls["forward"] > 0 and calls["backward"] == (calls["forward"] if checkpoint else 0)
     _, builtin = gradient(False, GradientPolicyConfig(override=GradientPolicy.PROJECT))
     assert not torch.equal(builtin, want)
     for name in ("u", "el", "t", "q2"):
