@@ -34,6 +34,7 @@ in force; gradients equal eager's to the last bit (aot_eager, tests).
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Hashable, Mapping
 
@@ -64,6 +65,14 @@ FINITE = "finite"
 # pompy.calls' binders are lru_cached pure functions of their strings, which
 # Dynamo traces through (and warns of)
 _LRU_WARNING = "Dynamo detected a call to a `functools.lru_cache`-wrapped function"
+# the implicit scheme's PCG reads its residual on the host (its early exit):
+# a graph break by design, which Dynamo's log would report at length
+_ITEM_BREAK = "Graph break from `Tensor.item()`"
+_DYNAMO_TENSOR_LOG = logging.getLogger("torch._dynamo.variables.tensor")
+
+
+def _expected_break(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_ITEM_BREAK)
 
 
 def chunks(kinds: list, size: int = CHUNK) -> list[tuple]:
@@ -131,7 +140,11 @@ class StepGraphs:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
-            return dict(graph(*inputs))
+            _DYNAMO_TENSOR_LOG.addFilter(_expected_break)
+            try:
+                return dict(graph(*inputs))
+            finally:
+                _DYNAMO_TENSOR_LOG.removeFilter(_expected_break)
 
     def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
         core, part = self.core, self.core.external
