@@ -92,6 +92,7 @@ def check_compile(core: str, fortran_math: bool = False) -> None:
                          "fortran_math's host callbacks run eagerly; drop one of them")
 
 
+COMPILED = "whole-step graphs (pompy.core.compiled)"      # the files' torch_compile attribute
 COMPILING = ("compiling the step graphs (torch.compile): minutes at the first run of a grid "
              "and precision, seconds once Inductor's cache (TORCHINDUCTOR_CACHE_DIR) holds them")
 
@@ -279,6 +280,15 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
                           progress, fortran_math)
 
 
+def _closing(writer: OutputWriter, error: BaseException) -> BaseException:
+    """``error``, the run's own, after closing ``writer``; a failed output
+    record (its error not raised yet) noted on it, never in its place."""
+    record_error = writer.abandon()
+    if record_error is not None:
+        error.add_note(f"pompy: an output record failed too: {record_error}")
+    return error
+
+
 def _elementary_functions(fortran_math: bool):
     if not fortran_math:
         return contextlib.nullcontext()
@@ -295,7 +305,8 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
 
     attributes = {"core": core, "elementary_functions": (
         "pom2k's (gfortran) via pompy.compat.fortran_math: bit for bit with Fortran"
-        if fortran_math else "gfortran's (the oracle)" if core.startswith("oracle") else "torch's")}
+        if fortran_math else "gfortran's (the oracle)" if core.startswith("oracle") else "torch's"),
+        "torch_compile": COMPILED if getattr(model, "graphs", None) is not None else "none"}
 
     def save(state: dict, iint: int) -> Path:
         writer.drain()          # HDF5 is not thread-safe: the output record first
@@ -328,14 +339,18 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
                     raise Interrupted(caught[0])
         except ModelStop as exc:
             path = save(exc.last_good, exc.iint - 1)
-            raise exc.with_restart(path) from None
+            raise _closing(writer, exc.with_restart(path)) from None
         except Interrupted as exc:
             exc.iint, exc.restart = model.iint, save(model.numpy_state(), model.iint)
-            raise
+            raise _closing(writer, exc)
+        except BaseException as exc:
+            raise _closing(writer, exc)
         finally:
             bar.close()
-            writer.close()              # the last record; its error, if any, raised here
-        save(model.numpy_state(), last)       # a signal now finds the run complete
+        try:
+            writer.close()              # the last record; a record's error raised here
+        finally:
+            save(model.numpy_state(), last)       # a signal now finds the run complete
     if progress:
         print(f"{last - first + 1} internal steps in {_time.perf_counter() - start:.2f} s; "
               f"output in {out_path}, restart in {restart_path}")

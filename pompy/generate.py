@@ -65,6 +65,7 @@ leaves no partial dataset.
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import shutil
@@ -86,7 +87,7 @@ from pompy.core.ensemble import Ensemble
 from pompy.core.implicit import ImplicitCore
 from pompy.core.setup import check_external_cfl, check_internal_cfl
 from pompy.dataset import FORMAT, dataset_file, grid_fields, state_fields
-from pompy.driver import COMPILING, check_device, check_memory, prepare_output
+from pompy.driver import COMPILED, COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.io import _axes, _create, _define, _to_cf
 from pompy.provenance import source_hash
@@ -290,6 +291,9 @@ def _device(device: str, local_rank: int, world: int) -> str:
 def _set_up(core_name: str, config: Config, device: str, dtype: str, compile: bool = False) -> Core:
     kind = CORES[core_name]
     options = {"compile": True} if compile else {}       # a registered core may not take it
+    accepted = inspect.signature(kind.core).parameters.values()
+    if compile and not any(a.name == "compile" or a.kind is a.VAR_KEYWORD for a in accepted):
+        raise InputError(f"--compile: the core {core_name!r} takes no compile option")
     core = kind.core(config, device=device, dtype=getattr(torch, dtype), **options)
     core.run_initialization()
     kind.check_cfl(config, core.state)          # the set-up's own grid, as pompy run does
@@ -302,7 +306,7 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
     perturbed (seed >= 0), its time-0 snapshot, then ``records`` snapshots
     every ``steps`` steps."""
     core.restore(start)
-    if core.graphs is not None:       # a graph input, not a constant compiled into each member's graphs
+    if getattr(core, "graphs", None) is not None:   # a graph input, not a constant in each member's graphs
         wind = torch.tensor(wind, dtype=torch.float64, device=core.device)
     core.params = dict(core.params, wind_factor=wind)     # what surface_forcing reads
     if seed >= 0 and perturb == "ic":
@@ -424,7 +428,7 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
     seeds = [member_seed(seed, m) for m in p.members]
     winds = [wind_factor(config, perturb, m_seed, amplitude) for m_seed in seeds]
     attributes = _attributes(config, core, dtype, days, p.steps, members, perturb, amplitude,
-                             seed, p.rank, p.world)
+                             seed, p.rank, p.world, compile)
     writer = DatasetWriter(p.path, config, start, p.members, seeds, winds,
                            [n * p.steps for n in range(p.records + 1)], start["time0"], attributes)
     complete = False
@@ -473,10 +477,12 @@ def _check_disk(folder: Path, size: int, force: bool) -> None:
 
 
 def _attributes(config: Config, core: str, dtype: str, days: float, steps: int, members: int,
-                perturb: str, amplitude: float, seed: int, rank: int, world: int) -> dict:
+                perturb: str, amplitude: float, seed: int, rank: int, world: int,
+                compile: bool = False) -> dict:
     every = steps * config.dti / 86400
     return {
         "dataset_format": FORMAT, "core": core, "dtype": dtype, "source_hash": source_hash(),
+        "torch_compile": COMPILED if compile else "none",
         "torch_version": torch.__version__, "pompy_version": __version__,
         "days": float(days), "every_days": every, "steps_between_snapshots": steps,
         "dti": config.dti, "time0": 0.0, "members": members, "seed": seed,

@@ -155,7 +155,6 @@ class OutputWriter:
     def __init__(self, path: Path, config: Config, state: dict, compress: bool = True,
                  attributes: dict | None = None, background: bool = False):
         self.path = Path(path)
-        self._pool = ThreadPoolExecutor(1, "pompy-output") if background else None
         self._pending: Future | None = None
         self._error: BaseException | None = None
         self.ds = _create(self.path, config, config.title, attributes)
@@ -165,6 +164,7 @@ class OutputWriter:
             self.ds.close()
             self.path.unlink(missing_ok=True)
             raise
+        self._pool = ThreadPoolExecutor(1, "pompy-output") if background else None
 
     def _define_all(self, state: dict, compress: bool) -> None:
         self.ds.createDimension("time", None)
@@ -211,13 +211,25 @@ class OutputWriter:
     def close(self) -> None:
         """Write the last record and close the file (again: nothing); raises
         a record's error not raised before."""
+        try:
+            self._close()
+        finally:
+            self._raise()
+
+    def abandon(self) -> BaseException | None:
+        """close() for a caller failing already: a record's error not raised
+        before is returned, not raised."""
+        self._close()
+        error, self._error = self._error, None
+        return error
+
+    def _close(self) -> None:
         if not self.ds.isopen():
             return
         self.drain()
         if self._pool is not None:
             self._pool.shutdown()
         self.ds.close()
-        self._raise()
 
 
 # Compressed size / values' size, measured on the seamount (65 x 49 x 21)

@@ -260,10 +260,12 @@ def test_compile_choice_is_checked():
 def test_pompy_run_compile_writes_the_uncompiled_runs_files(graphs_made, tmp_path, capsys):
     """`pompy run --compile`: the core's steps go through the graphs (four
     made), the compiling line comes first, and the output and restart
-    files hold the uncompiled run's every value to the last bit."""
+    files hold the uncompiled run's every value to the last bit; their
+    torch_compile attributes say which is which."""
     import netCDF4
     import numpy as np
 
+    from pompy import driver
     from pompy.cli import main
 
     config = tmp_path / "tiny.nml"
@@ -278,5 +280,6 @@ def test_pompy_run_compile_writes_the_uncompiled_runs_files(graphs_made, tmp_pat
         with netCDF4.Dataset(tmp_path / "compiled" / name) as a, \
                 netCDF4.Dataset(tmp_path / "eager" / name) as b:
             assert a.variables.keys() == b.variables.keys()
+            assert (a.torch_compile, b.torch_compile) == (driver.COMPILED, "none")
             for var in b.variables:
                 assert np.array_equal(a[var][...], b[var][...]), (name, var)

@@ -344,3 +344,84 @@ def test_the_implicit_core_and_its_fortran_twin_from_the_command_line(oracle, tm
     assert cli.main(["run", nml, "--oracle", "--output", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.startswith("pompy: --oracle goes with --core implicit")
 
+
+
+def failing_records(monkeypatch):
+    """Output records that fail in the writer's thread, as a full disk would."""
+    from pompy.io import OutputWriter
+
+    def failing(self, fields, iint, time_days):
+        raise OSError(f"no space left writing the record of iint={iint}")
+    monkeypatch.setattr(OutputWriter, "_write", failing)
+
+
+def test_a_failed_record_never_hides_a_blow_up_nor_loses_its_restart(tmp_path, monkeypatch, capsys):
+    """A record fails in the background, then the model blows up before the
+    next write: `pompy run` still reports the blow-up (exit 3, the restart
+    of the last good state written), the record's error noted with it."""
+    from pompy.core.model import Core
+    from pompy.errors import CFLViolation
+
+    failing_records(monkeypatch)
+    advance = Core.advance
+
+    def blowing_up(self, last, on_step=None):
+        if self.iint >= 2:
+            self.last_good = dict(self.numpy_state())
+            stop = CFLViolation(self.iint + 1, 9.9, 3, 4, 1.0)
+            stop.last_good = self.last_good
+            raise stop
+        return advance(self, last, on_step)
+    monkeypatch.setattr(Core, "advance", blowing_up)
+    config = tiny_config(tmp_path / "tiny.nml")
+    every = 2 * 18 / 86400
+    assert cli.main(["run", str(config), "--steps", "6", "--output-every", repr(every),
+                     "--output", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert "velocity vamax=9.9" in err and "Traceback" not in err
+    assert read_restart(tmp_path / "out" / "explicit_restart.nc", load_config(config)).iint == 2
+
+
+def test_a_failed_record_is_raised_after_the_final_restart(tmp_path, monkeypatch):
+    """A run whose last record failed writes its final restart, then raises
+    the record's error."""
+    from pompy.driver import run_case
+
+    failing_records(monkeypatch)
+    config = load_config(tiny_config(tmp_path / "tiny.nml"))
+    with pytest.raises(OSError, match="no space left writing the record of iint=3"):
+        run_case(config, tmp_path / "out", steps=3, progress=False)
+    assert read_restart(tmp_path / "out" / "explicit_restart.nc", config).iint == 3
+
+
+def test_a_restart_waits_for_the_record_in_flight(tmp_path, monkeypatch):
+    """HDF5 is not thread-safe: a restart written at a record's step starts
+    only once that record, slow in the writer's thread, is written."""
+    import threading
+    import time
+
+    import pompy.driver
+    from pompy.io import OutputWriter
+
+    in_flight, restarts = threading.Event(), []
+    write = OutputWriter._write
+
+    def slow(self, fields, iint, time_days):
+        in_flight.set()
+        time.sleep(0.2)
+        write(self, fields, iint, time_days)
+        in_flight.clear()
+    restart = pompy.driver.write_restart
+
+    def checked(*args, **kwargs):
+        restarts.append(in_flight.is_set())
+        return restart(*args, **kwargs)
+    monkeypatch.setattr(OutputWriter, "_write", slow)
+    monkeypatch.setattr(pompy.driver, "write_restart", checked)
+    every = 2 * 18 / 86400
+    config = dataclasses.replace(load_config(tiny_config(tmp_path / "tiny.nml")),
+                                 output_every=every, restart_every=every)
+    pompy.driver.run_case(config, tmp_path / "out", steps=4, progress=False)
+    assert restarts == [False, False, False]          # at iint 2, 4 and the final one
+    with netCDF4.Dataset(tmp_path / "out" / "explicit_output.nc") as ds:
+        assert list(ds["iint"][:]) == [2, 4]

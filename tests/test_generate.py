@@ -325,6 +325,9 @@ def test_any_core_on_the_scheme_independent_core_generates(made, tmp_path, monke
                        members=2, seed=SEED, log=io.StringIO())
     mine, want = read(got), read(path)
     assert mine["t"].shape[0] == 2
+    with pytest.raises(gen.InputError, match="--compile: the core 'plain' takes no compile option"):
+        gen.generate(load_config(config_path), tmp_path / "c", float(DAYS), float(EVERY),
+                     core="plain", members=2, seed=SEED, log=io.StringIO(), compile=True)
     for name in state_fields():
         assert np.array_equal(mine[name], want[name][:2]), name
 
@@ -540,6 +543,11 @@ def test_members_run_together_need_their_memory(made, tmp_path, monkeypatch, cap
     assert not (tmp_path / "d" / "dataset.nc").exists()
 
 
+def compiled_text() -> str:
+    from pompy.driver import COMPILED
+    return COMPILED
+
+
 def test_compiled_members_give_the_uncompiled_dataset(made, wind, tmp_path, monkeypatch):
     """--compile: one compiled core steps the members in turn (not as an
     ensemble), through graphs (Dynamo's, run op by op as eager), and the
@@ -565,6 +573,8 @@ def test_compiled_members_give_the_uncompiled_dataset(made, wind, tmp_path, monk
     assert counts[0] > 0 and counts[1] - counts[0] == counts[0]
     for want, folder in ((made[1], "ic"), (wind, "wind")):
         got, expected = read(tmp_path / folder / "dataset.nc"), read(want)
+        with netCDF4.Dataset(tmp_path / folder / "dataset.nc") as a, netCDF4.Dataset(want) as b:
+            assert (a.torch_compile, b.torch_compile) == (compiled_text(), "none")
         assert got["wind_factor"].tolist() == expected["wind_factor"].tolist()
         for name in state_fields():
             assert np.array_equal(got[name], expected[name]), (folder, name)

@@ -111,8 +111,7 @@ def gradients_table(config, members: int, steps: int, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=CONFIG, help="namelist (default the seamount's)")
-    parser.add_argument("--grid", help="IMxJMxKB instead of the config's (default 65x49x21 for "
-                                       "the seamount)")
+    parser.add_argument("--grid", help="IMxJMxKB instead of the config's")
     parser.add_argument("--members", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--gradients", action="store_true",
@@ -120,7 +119,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="with --gradients: rounds")
     args = parser.parse_args()
     config = load_config(args.config)
-    grid = args.grid or ("65x49x21" if args.config == CONFIG else f"{config.im}x{config.jm}x{config.kb}")
+    grid = args.grid or f"{config.im}x{config.jm}x{config.kb}"
     im, jm, kb = (int(x) for x in grid.split("x"))
     if (im, jm, kb) != (config.im, config.jm, config.kb):
         config = dataclasses.replace(config, im=im, jm=jm, kb=kb, kl2=kb - 2)

@@ -71,7 +71,7 @@ _ITEM_BREAK = "Graph break from `Tensor.item()`"
 _DYNAMO_TENSOR_LOG = logging.getLogger("torch._dynamo.variables.tensor")
 
 
-def _expected_break(record: logging.LogRecord) -> bool:
+def _without_item_break(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(_ITEM_BREAK)
 
 
@@ -140,11 +140,11 @@ class StepGraphs:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
-            _DYNAMO_TENSOR_LOG.addFilter(_expected_break)
+            _DYNAMO_TENSOR_LOG.addFilter(_without_item_break)
             try:
                 return dict(graph(*inputs))
             finally:
-                _DYNAMO_TENSOR_LOG.removeFilter(_expected_break)
+                _DYNAMO_TENSOR_LOG.removeFilter(_without_item_break)
 
     def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
         core, part = self.core, self.core.external
