@@ -291,9 +291,6 @@ def _device(device: str, local_rank: int, world: int) -> str:
 def _set_up(core_name: str, config: Config, device: str, dtype: str, compile: bool = False) -> Core:
     kind = CORES[core_name]
     options = {"compile": True} if compile else {}       # a registered core may not take it
-    accepted = inspect.signature(kind.core).parameters.values()
-    if compile and not any(a.name == "compile" or a.kind is a.VAR_KEYWORD for a in accepted):
-        raise InputError(f"--compile: the core {core_name!r} takes no compile option")
     core = kind.core(config, device=device, dtype=getattr(torch, dtype), **options)
     core.run_initialization()
     kind.check_cfl(config, core.state)          # the set-up's own grid, as pompy run does
@@ -306,8 +303,6 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
     perturbed (seed >= 0), its time-0 snapshot, then ``records`` snapshots
     every ``steps`` steps."""
     core.restore(start)
-    if getattr(core, "graphs", None) is not None:   # a graph input, not a constant in each member's graphs
-        wind = torch.tensor(wind, dtype=torch.float64, device=core.device)
     core.params = dict(core.params, wind_factor=wind)     # what surface_forcing reads
     if seed >= 0 and perturb == "ic":
         perturb_ic(core, seed, amplitude)
@@ -380,6 +375,9 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     choices, the torchrun split, the schedule, the device, the output
     folder and file, memory and disk."""
     _check_choices(core, members, perturb, amplitude, seed)
+    accepted = inspect.signature(CORES[core].core).parameters.values()
+    if compile and not any(a.name == "compile" or a.kind is a.VAR_KEYWORD for a in accepted):
+        raise InputError(f"--compile: the core {core!r} takes no compile option")
     if perturb == "wind" and config.iproblem == 2:
         raise InputError("--perturb wind: the box (iproblem=2) has no wind stress to perturb; "
                          "use --perturb ic")

@@ -203,8 +203,12 @@ class OutputWriter:
             self._error = self._error or self._pending.exception()
             self._pending = None
 
-    def _raise(self) -> None:
+    def _take(self) -> BaseException | None:
         error, self._error = self._error, None
+        return error
+
+    def _raise(self) -> None:
+        error = self._take()
         if error is not None:
             raise error
 
@@ -220,8 +224,7 @@ class OutputWriter:
         """close() for a caller failing already: a record's error not raised
         before is returned, not raised."""
         self._close()
-        error, self._error = self._error, None
-        return error
+        return self._take()
 
     def _close(self) -> None:
         if not self.ds.isopen():

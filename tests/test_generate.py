@@ -23,6 +23,7 @@ from pompy.cli import main
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
 from pompy.dataset import SnapshotDataset, grid_fields, member_params, state_fields
+from pompy.driver import COMPILED
 from pompy.provenance import source_hash
 from pompy.train import collate_samples, inject_core_state
 
@@ -543,11 +544,6 @@ def test_members_run_together_need_their_memory(made, tmp_path, monkeypatch, cap
     assert not (tmp_path / "d" / "dataset.nc").exists()
 
 
-def compiled_text() -> str:
-    from pompy.driver import COMPILED
-    return COMPILED
-
-
 def test_compiled_members_give_the_uncompiled_dataset(made, wind, tmp_path, monkeypatch):
     """--compile: one compiled core steps the members in turn (not as an
     ensemble), through graphs (Dynamo's, run op by op as eager), and the
@@ -574,7 +570,7 @@ def test_compiled_members_give_the_uncompiled_dataset(made, wind, tmp_path, monk
     for want, folder in ((made[1], "ic"), (wind, "wind")):
         got, expected = read(tmp_path / folder / "dataset.nc"), read(want)
         with netCDF4.Dataset(tmp_path / folder / "dataset.nc") as a, netCDF4.Dataset(want) as b:
-            assert (a.torch_compile, b.torch_compile) == (compiled_text(), "none")
+            assert (a.torch_compile, b.torch_compile) == (COMPILED, "none")
         assert got["wind_factor"].tolist() == expected["wind_factor"].tolist()
         for name in state_fields():
             assert np.array_equal(got[name], expected[name]), (folder, name)

@@ -13,8 +13,9 @@ tracing:
                 first step, as in Core.internal_pass)
 
 A scheme without ``passes`` (the implicit one) compiles its external_mode
-whole. The time-varying parameter (the forcing ramp) and any tensor among
-the parameters (--learn's) are graph inputs, so a step never recompiles;
+whole. The time-varying parameter (the forcing ramp), a member's numbers
+(config.MEMBER_PARAMS: a wind factor) and any tensor among the parameters
+(--learn's) are graph inputs, so neither a step nor a member recompiles;
 each graph has a code object of its own, so Dynamo looks up one graph's
 versions only. The host reads (the velocity and finiteness checks) stay
 between the graphs, in Core._pass. Inductor's on-disk cache (under
@@ -41,6 +42,7 @@ from collections.abc import Callable, Hashable, Mapping
 import torch
 
 from pompy.autodiff.policies import forward_policies_key, policy_override
+from pompy.config import MEMBER_PARAMS
 from pompy.core import stepping
 
 # external passes per graph at most (a graph of all 30 took minutes to compile)
@@ -132,6 +134,10 @@ class StepGraphs:
         names = tuple(state)
         ramp = torch.tensor(float(p.get(_RAMP, 1.0)), dtype=torch.float64,
                             device=self.core.device)
+        # a member's numbers (a wind factor each) as graph inputs, so that
+        # members share their graphs instead of compiling each its own
+        p = {**p, **{k: torch.tensor(float(p[k]), dtype=torch.float64, device=self.core.device)
+                     for k in MEMBER_PARAMS if k in p and not torch.is_tensor(p[k])}}
         inputs = (*state.values(), ramp, *(v for v in p.values() if torch.is_tensor(v)))
         recording = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
         graph = self._graph(key, fn, names, p, recording)
