@@ -154,6 +154,15 @@ class _FileInfo:
         return None
 
 
+# Every file a SnapshotDataset opened, until the process that opened it
+# closes it. A forked child inherits these handles and must neither close
+# nor free them: closing one there corrupted HDF5's copied state, and
+# DataLoader workers crashed in about one fork in 40 (H5FL_reg_malloc,
+# measured with netCDF4 1.7.5). Holding them here keeps them open in the
+# child, unused, whatever its garbage collector frees.
+_OPENED: dict[int, netCDF4.Dataset] = {}
+
+
 class SnapshotDataset(Dataset):
     """Samples of ``pompy generate`` datasets (see the module docstring):
     an initial state, every field a core restores, and the next ``horizon``
@@ -236,20 +245,29 @@ class SnapshotDataset(Dataset):
                 "time0": info.time0}
 
     def _open(self, f: int) -> netCDF4.Dataset:
-        """File f, opened once per process (a forked DataLoader worker opens
-        its own: HDF5 handles must not cross a fork)."""
+        """File f, opened once per process: a forked DataLoader worker opens
+        its own and leaves the parent's handles alone (see _OPENED)."""
         if self._pid != os.getpid():
             self._handles, self._pid = {}, os.getpid()
         if f not in self._handles:
             ds = netCDF4.Dataset(self.paths[f])
             ds.set_auto_mask(False)
+            _OPENED[id(ds)] = ds
             self._handles[f] = ds
         return self._handles[f]
 
     def close(self) -> None:
-        for ds in self._handles.values():
-            ds.close()
+        """Close the files this process opened (a forked child's inherited
+        handles are only forgotten)."""
+        if self._pid == os.getpid():
+            for ds in self._handles.values():
+                _OPENED.pop(id(ds), None)
+                ds.close()
         self._handles = {}
+
+    def __del__(self) -> None:
+        if getattr(self, "_handles", None):
+            self.close()
 
     def __getstate__(self) -> dict:
         # open files stay behind: the unpickling process opens its own
