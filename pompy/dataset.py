@@ -60,6 +60,7 @@ pompy.variables). Files are opened lazily, in the process that reads
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -156,9 +157,9 @@ class _FileInfo:
 
 # Every file a SnapshotDataset opened, until the process that opened it
 # closes it. A forked child inherits these handles and must neither close
-# nor free them: closing one there corrupted HDF5's copied state, and
-# DataLoader workers crashed in about one fork in 40 (H5FL_reg_malloc,
-# measured with netCDF4 1.7.5). Holding them here keeps them open in the
+# nor free them: closing one there corrupted HDF5's copied state (a crash
+# in H5FL_reg_malloc with netCDF4 1.7.5: 4 of 6 runs of 60 two-worker
+# DataLoaders, none after). Holding them here keeps them open in the
 # child, unused, whatever its garbage collector frees.
 _OPENED: dict[int, netCDF4.Dataset] = {}
 
@@ -267,7 +268,8 @@ class SnapshotDataset(Dataset):
 
     def __del__(self) -> None:
         if getattr(self, "_handles", None):
-            self.close()
+            with contextlib.suppress(Exception):    # at interpreter exit
+                self.close()
 
     def __getstate__(self) -> dict:
         # open files stay behind: the unpickling process opens its own
