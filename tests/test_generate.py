@@ -191,8 +191,9 @@ def _descriptors_of(path: Path) -> set[int]:
 def test_a_forked_child_never_closes_the_parents_files(made):
     """Closing (or freeing) in a forked child the HDF5 handles it inherited
     corrupted HDF5's state there: DataLoader workers crashed (4 of 6 runs
-    of 60 two-worker loaders). The parent's descriptors of the file must stay open in the
-    child through a read, close() and a garbage collection."""
+    of 60 two-worker loaders). The parent's descriptors of the file must
+    stay open in the child through a read, close() and a garbage
+    collection."""
     _, path, _ = made
     ds = SnapshotDataset(path, horizon=2)
     ds[0]

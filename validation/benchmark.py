@@ -7,9 +7,9 @@
 In one process and on the same seamount set-up (mode 3, nadv 1, dte 6 s,
 isplit 30), each model first takes two steps (pom2k's first step skips the
 internal mode; torch.compile compiles then), then a full garbage collection
-(else the one that follows a compilation, of some 700,000 new Python
-objects, fell in the compiled rows' timed steps: 66 against 39-43 ms a
-step at 65x49x21), then the timed steps. The
+(the oracle's too: else the one that follows a compilation, of some
+700,000 new Python objects, fell in the next timed steps: 66 against
+39-43 ms a compiled step at 65x49x21), then the timed steps. The
 oracle is the Fortran driver (run_steps) built -O3, single-threaded; torch
 uses torch.get_num_threads() CPU threads (--threads) or the GPU. The
 machine's load average (1 min) is printed with each measurement: on a
@@ -126,6 +126,7 @@ def check_device(device: str) -> None:
 def time_oracle(config, steps: int) -> float:
     state = new_state(config)
     run_steps(state, config, 1, WARMUP)
+    gc.collect()        # not the collection the grid before's compiled rows left pending
     start = time.perf_counter()
     run_steps(state, config, WARMUP + 1, WARMUP + steps)
     return (time.perf_counter() - start) / steps
