@@ -82,7 +82,7 @@ from pompy import __version__, variables
 from pompy.calls import apply
 from pompy.config import Config, load_config
 from pompy.core.explicit import ExplicitCore
-from pompy.core.model import Core
+from pompy.core.model import Core, forward_only
 from pompy.core.ensemble import Ensemble
 from pompy.core.implicit import ImplicitCore
 from pompy.core.setup import check_external_cfl, check_internal_cfl
@@ -313,19 +313,32 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
         writer.write(local, n, record)
 
 
-def batched(core: str, perturb: str, members: int, dtype: str, compile: bool = False) -> bool:
+# On the CPU an Ensemble pays only while a member's fields are small:
+# validation/ensemble.py, per member and step at B = 8 against B = 1, 1
+# thread, in inference mode: 0.37x at 21x17x11, 0.49x at 33x25x21,
+# 0.45-0.69x at 45x35x21 (33,075 cells), 0.97-1.08x at 55x41x21,
+# 0.96-1.15x at 65x49x21; at 128x128x21 (B = 4) 1.31x. Beyond this many
+# cells a CPU process steps its members one after another.
+BATCH_CELLS = 40_000
+
+
+def batched(config: Config, core: str, perturb: str, members: int, dtype: str,
+            compile: bool = False, device: str = "cpu") -> bool:
     """Whether a process runs its members as one Ensemble: the explicit
     core, more than one member, with ic perturbations (one set of
     parameters) or, in float64, wind members (a wind factor each:
-    Ensemble.set_member_params). It pays there (validation/ensemble.py,
-    per member and step at B = 8 against B = 1, 1 thread: 0.29x at
-    21x17x11, 0.93x at 65x49x21) and gives each member's single run to the
-    last bit. Not the implicit core (batched, its PCG's early exit gives
-    way to the fixed-budget CG: 0.69x and 1.52x, and not the single run's
-    bits), nor float32 wind members (their factor would round otherwise),
-    nor with ``compile``: compiled graphs do not serve the ensemble's vmap,
-    and one compiled core stepping the members in turn is faster still."""
-    return not compile and core == "explicit" and members > 1 \
+    Ensemble.set_member_params), and on the CPU a grid of at most
+    BATCH_CELLS cells, where it pays; each member is its single run to the
+    last bit either way. On a GPU always (not measured: no GPU has been
+    lent; a batch there fills a device a small grid leaves idle). Not the
+    implicit core (batched, its PCG's early exit gives way to the
+    fixed-budget CG: 0.50x at 21x17x11, 1.32x at 65x49x21, and not the
+    single run's bits), nor
+    float32 wind members (their factor would round otherwise), nor with
+    ``compile``: compiled graphs do not serve the ensemble's vmap, and one
+    compiled core stepping the members in turn is faster still."""
+    small = torch.device(device).type != "cpu" or config.im * config.jm * config.kb <= BATCH_CELLS
+    return not compile and core == "explicit" and members > 1 and small \
         and (perturb == "ic" or dtype == "float64")
 
 
@@ -347,7 +360,7 @@ def _run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list
             ens.set_member_params(local, wind_factor=wind)
         writer.write(local, 0, record)
     try:
-        with torch.no_grad():
+        with forward_only():
             for n in range(1, records + 1):
                 ens.advance(n * steps)
                 for local in range(len(members)):
@@ -392,7 +405,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)
     check_memory(config, core, dtype, force,
-                 len(mine) if batched(core, perturb, len(mine), dtype, compile) else 1)
+                 len(mine) if batched(config, core, perturb, len(mine), dtype, compile, device) else 1)
     _check_disk(Path(output_dir), estimate_dataset_bytes(config, len(mine), records + 1), force)
     return Plan(path, mine, steps, records, device, rank, world)
 
@@ -431,7 +444,7 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
                            [n * p.steps for n in range(p.records + 1)], start["time0"], attributes)
     complete = False
     try:
-        if batched(core, perturb, len(p.members), dtype, compile):
+        if batched(config, core, perturb, len(p.members), dtype, compile, p.device):
             began = _time.perf_counter()
             _run_ensemble(model, start, writer, p.members, perturb, seeds, amplitude, winds,
                           p.steps, p.records)

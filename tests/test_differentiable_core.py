@@ -10,6 +10,7 @@ import torch
 from pompy import variables
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
+from pompy.core.model import forward_only
 from pompy.errors import CFLViolation
 
 CONFIGS = Path(__file__).parents[1] / "configs"
@@ -102,6 +103,38 @@ def test_generation_fast_path_captures_detached_snapshots():
         assert torch.equal(core.state[name], reference.state[name]), name
     core.run_initialization()                           # a new run starts a new record
     assert core.generation_records == []
+
+
+def test_a_forward_only_run_leaves_ordinary_snapshots_and_a_state_to_differentiate():
+    """pompy run and generation step under forward_only() (inference mode):
+    their snapshots are ordinary tensors that a backward pass can save, and
+    a gradient run from the state such a run left gives the gradients of a
+    core that never ran in inference mode, to the last bit."""
+    config = tiny()
+    core = ExplicitCore(config)
+    core.run_initialization()
+    (record,) = core.run_generation_day(2, capture_interval=2)
+    assert not any(t.is_inference() for t in record.values() if torch.is_tensor(t))
+    assert core.u.is_inference()
+    scale = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    (record["t"] * scale).sum().backward()
+    assert torch.equal(scale.grad, record["t"].sum())
+
+    with forward_only():
+        ran = developed(config)
+    assert ran.t.is_inference()
+    el0 = ran.el.detach().clone().requires_grad_(True)
+    ran.el = el0
+    ran.iend = 4
+    ran.run_time_loop()
+    ran.u.square().sum().backward()
+    ordinary = developed(config)
+    want = ordinary.el.clone().requires_grad_(True)
+    ordinary.el = want
+    ordinary.iend = 4
+    ordinary.run_time_loop()
+    ordinary.u.square().sum().backward()
+    assert el0.grad.abs().max() > 0 and torch.equal(el0.grad, want.grad)
 
 
 def test_run_generation_day_is_a_normal_run_bit_for_bit():

@@ -547,11 +547,12 @@ def test_members_run_together_give_the_single_runs_dataset(made, wind, tmp_path,
     import pompy.generate
 
     config_path, path, err = made
-    assert pompy.generate.batched("explicit", "ic", MEMBERS, "float64") and "together" in err
-    assert pompy.generate.batched("explicit", "wind", MEMBERS, "float64")
-    assert pompy.generate.batched("explicit", "ic", MEMBERS, "float32")
-    assert not pompy.generate.batched("explicit", "wind", MEMBERS, "float32")
-    assert not pompy.generate.batched("implicit", "ic", MEMBERS, "float64")
+    config = tiny_config()
+    assert pompy.generate.batched(config, "explicit", "ic", MEMBERS, "float64") and "together" in err
+    assert pompy.generate.batched(config, "explicit", "wind", MEMBERS, "float64")
+    assert pompy.generate.batched(config, "explicit", "ic", MEMBERS, "float32")
+    assert not pompy.generate.batched(config, "explicit", "wind", MEMBERS, "float32")
+    assert not pompy.generate.batched(config, "implicit", "ic", MEMBERS, "float64")
     monkeypatch.setattr(pompy.generate, "batched", lambda *args: False)
     with contextlib.redirect_stderr(io.StringIO()):
         assert main(generate_args(config_path, tmp_path / "single")) == 0
@@ -563,6 +564,29 @@ def test_members_run_together_give_the_single_runs_dataset(made, wind, tmp_path,
         for name in state_fields():
             assert np.array_equal(together[name], single[name]), (batch, name)
     assert len(set(read(wind)["wind_factor"].tolist())) == MEMBERS
+
+
+def test_members_of_a_large_cpu_grid_step_one_after_another(made, tmp_path, monkeypatch):
+    """Past generate.BATCH_CELLS grid cells (where a batch measured slower
+    per member than single runs) a CPU process steps its members one after
+    another, so its memory check counts one member's run; a GPU batches
+    them whatever the grid."""
+    import pompy.generate
+    from pompy.resources import estimate_run_bytes
+
+    small = tiny_config()
+    edge = dataclasses.replace(small, im=40, jm=40, kb=25, kl2=23)   # 40,000 cells: still batched
+    large = dataclasses.replace(small, im=41, jm=40, kb=25, kl2=23)
+    assert pompy.generate.batched(edge, "explicit", "ic", MEMBERS, "float64")
+    assert not pompy.generate.batched(large, "explicit", "ic", MEMBERS, "float64")
+    assert pompy.generate.batched(large, "explicit", "ic", MEMBERS, "float64", device="cuda")
+    assert not pompy.generate.batched(large, "explicit", "ic", MEMBERS, "float64", device="cuda",
+                                      compile=True)
+    one, three = estimate_run_bytes(large), estimate_run_bytes(large, members=MEMBERS)
+    monkeypatch.setenv("POMPY_MEMORY_AVAILABLE", str((one + three) // 2))
+    p = pompy.generate.plan(large, tmp_path, 1.0, 1.0, "explicit", MEMBERS, "ic", 0.01, 0,
+                            "cpu", "float64", False, False, {})
+    assert p.members == list(range(MEMBERS))
 
 
 def test_members_run_together_need_their_memory(made, tmp_path, monkeypatch, capsys):

@@ -65,6 +65,7 @@ from pompy import variables
 from pompy.config import load_config
 from pompy.core import stepping
 from pompy.core.explicit import ExplicitCore
+from pompy.core.model import forward_only
 from pompy.driver import record_steps
 from pompy.errors import ConfigError
 from pompy.io import OutputWriter
@@ -142,9 +143,10 @@ def new_core(config, dtype, device: str, compile: bool):
 
 
 def run(core, steps: int, device: str) -> float:
-    """Seconds per step of ``steps`` more steps (no gradients), in the
-    steady state: the compilation's Python objects collected first."""
-    with torch.no_grad():
+    """Seconds per step of ``steps`` more steps as ``pompy run`` steps
+    (forward_only: inference mode), in the steady state: the compilation's
+    Python objects collected first."""
+    with forward_only():
         core.iend = core.iint + steps
         gc.collect()
         sync(device)

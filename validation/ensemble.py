@@ -1,5 +1,6 @@
 """Time per member and step: an ensemble of B members (pompy.core.ensemble)
-against B = 1 (a single core), without gradients.
+against B = 1 (a single core), without gradients (in inference mode, as
+``pompy generate`` steps them).
 
     python3 validation/ensemble.py                          # 65x49x21, B = 1, 8
     python3 validation/ensemble.py --grid 33x25x21 --members 1 4 8 --steps 6
@@ -33,6 +34,7 @@ from pompy.config import load_config
 from pompy.core.ensemble import Ensemble
 from pompy.core.explicit import ExplicitCore
 from pompy.core.implicit import ImplicitCore
+from pompy.core.model import forward_only
 
 CONFIG = Path(__file__).parents[1] / "configs" / "seamount.nml"
 WARMUP = 2
@@ -41,7 +43,7 @@ WARMUP = 2
 def per_member_step(kind, config, members: int, steps: int) -> float:
     core = kind(config)
     core.run_initialization()
-    with torch.no_grad():
+    with forward_only():            # as pompy run and pompy generate step
         if members == 1:
             core.iend = WARMUP
             core.run_time_loop()

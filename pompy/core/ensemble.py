@@ -40,7 +40,7 @@ from pompy.config import MEMBER_PARAMS
 from pompy.autodiff.policies import policies_in_force
 from pompy.core import stepping
 from pompy.core.external import cg
-from pompy.core.model import Core, within_limits
+from pompy.core.model import Core, detached_copies, within_limits
 from pompy.errors import ModelStop
 
 GRID = frozenset(variables.names(kind="grid"))
@@ -301,5 +301,5 @@ class Ensemble:
     def snapshot(self, m: int) -> dict:
         """Member m's :meth:`Core.snapshot` record (detached copies)."""
         names = [n for n in variables.names("snapshot") if n not in GRID]
-        return {**{n: self.state[n][m].detach().clone() for n in names}, "iint": self.iint,
+        return {**detached_copies({n: self.state[n][m] for n in names}), "iint": self.iint,
                 "time0": self.time0, "time": self.core.config.dti * self.iint / 86400.0 + self.time0}
