@@ -317,7 +317,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
 
     # a run keeps no graph: without one the cores may take host-side fast
     # paths (ops.sqrt_rn through numpy) that a gradient step must not
-    with signals_caught() as caught, forward_only():   # from here on a signal loses no completed step
+    with signals_caught() as caught, forward_only(model):   # from here on a signal loses no completed step
         # records compressed and written while the run goes on
         writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes,
                               background=True)

@@ -360,7 +360,7 @@ def _run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list
             ens.set_member_params(local, wind_factor=wind)
         writer.write(local, 0, record)
     try:
-        with forward_only():
+        with forward_only(model):
             for n in range(1, records + 1):
                 ens.advance(n * steps)
                 for local in range(len(members)):

@@ -146,7 +146,7 @@ def run(core, steps: int, device: str) -> float:
     """Seconds per step of ``steps`` more steps as ``pompy run`` steps
     (forward_only: inference mode), in the steady state: the compilation's
     Python objects collected first."""
-    with forward_only():
+    with forward_only(core):
         core.iend = core.iint + steps
         gc.collect()
         sync(device)

@@ -43,7 +43,7 @@ WARMUP = 2
 def per_member_step(kind, config, members: int, steps: int) -> float:
     core = kind(config)
     core.run_initialization()
-    with forward_only():            # as pompy run and pompy generate step
+    with forward_only(core):            # as pompy run and pompy generate step
         if members == 1:
             core.iend = WARMUP
             core.run_time_loop()
