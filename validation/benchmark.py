@@ -9,15 +9,23 @@ isplit 30), each model first takes two steps (pom2k's first step skips the
 internal mode; torch.compile compiles then), then a full garbage collection
 (the oracle's too: else the one that follows a compilation, of some
 700,000 new Python objects, fell in the next timed steps: 66 against
-39-43 ms a compiled step at 65x49x21), then the timed steps. The
+39-43 ms a compiled step at 65x49x21), then the timed steps: --rounds
+windows of --steps steps, each right after a window of the oracle's run
+(which steps on from window to window), so that both see the machine in
+the same state; the oracle's step alone varied by 25% from one run to the
+next (8.1 to 10.3 ms at 65x49x21). The
 oracle is the Fortran driver (run_steps) built -O3, single-threaded; torch
-uses torch.get_num_threads() CPU threads (--threads) or the GPU. The
-machine's load average (1 min) is printed with each measurement: on a
-shared machine compare ratios measured in one process, back to back.
+uses torch.get_num_threads() CPU threads (--threads) or the GPU, stepping
+as ``pompy run`` does (forward_only: inference mode, no_grad when
+compiled). The machine's load average (1 min) is printed with each
+measurement.
 
 Four Markdown tables go to stdout:
 
-- ms per internal step, the ratio to the oracle, the warm-up (compilation);
+- ms per internal step (the median of the rounds; the oracle's over all its
+  windows), the ratio to the oracle (the median of the rounds' ratios,
+  each torch window against the oracle's beside it), the warm-up
+  (compilation);
 - the eager rows' step by phase (ms per step), timed over ``--steps`` more steps
   by wrapping the core's routine table and its external mode (the physics
   untouched): surface forcing; the 3-D terms of the 2-D mode (advct,
@@ -53,6 +61,7 @@ import functools
 import gc
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -124,13 +133,21 @@ def check_device(device: str) -> None:
         refuse(f"--device {device}: {why} (torch {torch.__version__}); run with --device cpu")
 
 
-def time_oracle(config, steps: int) -> float:
-    state = new_state(config)
-    run_steps(state, config, 1, WARMUP)
-    gc.collect()        # not the collection the grid before's compiled rows left pending
-    start = time.perf_counter()
-    run_steps(state, config, WARMUP + 1, WARMUP + steps)
-    return (time.perf_counter() - start) / steps
+class Oracle:
+    """The oracle's run, stepped on from one timed window to the next (so
+    that each torch window has an oracle window beside it)."""
+
+    def __init__(self, config):
+        self.config, self.state, self.iint = config, new_state(config), WARMUP
+        run_steps(self.state, config, 1, WARMUP)
+
+    def time(self, steps: int) -> float:
+        """Seconds per step of ``steps`` more steps."""
+        gc.collect()        # not the collection a compiled row left pending
+        start = time.perf_counter()
+        run_steps(self.state, self.config, self.iint + 1, self.iint + steps)
+        self.iint += steps
+        return (time.perf_counter() - start) / steps
 
 
 def new_core(config, dtype, device: str, compile: bool):
@@ -144,8 +161,8 @@ def new_core(config, dtype, device: str, compile: bool):
 
 def run(core, steps: int, device: str) -> float:
     """Seconds per step of ``steps`` more steps as ``pompy run`` steps
-    (forward_only: inference mode), in the steady state: the compilation's
-    Python objects collected first."""
+    (forward_only), in the steady state: the compilation's Python objects
+    collected first."""
     with forward_only(core):
         core.iend = core.iint + steps
         gc.collect()
@@ -296,14 +313,16 @@ def largest_difference(state, reference, names) -> tuple[float, str]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grids", default="65x49x21,256x256x31", help="IMxJMxKB, comma separated")
-    parser.add_argument("--steps", type=int, default=5, help="timed internal steps per model")
+    parser.add_argument("--steps", type=int, default=5, help="timed internal steps per window")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timed windows per model, each beside one of the oracle's")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     args = parser.parse_args(argv)
     check_device(args.device)
-    if args.steps < 1 or (args.threads is not None and args.threads < 1):
-        refuse(f"--steps {args.steps}, --threads {args.threads}: at least 1")
+    if min(args.steps, args.rounds, args.threads or 1) < 1:
+        refuse(f"--steps {args.steps}, --rounds {args.rounds}, --threads {args.threads}: at least 1")
     configs = {}
     for spec in args.grids.split(","):
         try:
@@ -322,16 +341,18 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|")
     phases, calls, io, parity = [], [], [], []
     for spec, config in configs.items():
-        oracle = time_oracle(config, args.steps)
-        print(f"| {spec} | oracle (Fortran -O3, 1 thread) | {oracle * 1e3:.1f} | 1 | | {load()} |",
-              flush=True)
+        oracle, oracle_times, rows = Oracle(config), [], []
         for dtype in (torch.float64, torch.float32):
             for compile in (False, True) if not args.no_compile else (False,):
                 label = f"torch {str(dtype)[6:]} {args.device}" + (" compiled" if compile else "")
                 core, warm = new_core(config, dtype, args.device, compile)
-                per_step = run(core, args.steps, args.device)
-                print(f"| {spec} | {label} | {per_step * 1e3:.1f} | {per_step / oracle:.2f} | "
-                      f"{warm:.1f} | {load()} |", flush=True)
+                rounds = [(oracle.time(args.steps), run(core, args.steps, args.device))
+                          for _ in range(args.rounds)]
+                oracle_times += [o for o, _ in rounds]
+                per_step = statistics.median(t for _, t in rounds)
+                ratio = statistics.median(t / o for o, t in rounds)
+                rows.append(f"| {spec} | {label} | {per_step * 1e3:.1f} | {ratio:.2f} | "
+                            f"{warm:.1f} | {load()} |")
                 if not compile:     # hooks inside whole-step graphs would break them
                     phases.append((spec, label, phase_times(core, args.steps, args.device),
                                    load()))
@@ -342,6 +363,9 @@ def main(argv=None) -> None:
                     io.append((spec, label, *output_record_ms(core, args.device, between), every))
                     if args.device != "cpu":
                         parity.append((spec, label, core.iint, cuda_vs_cpu(core, config)))
+        print(f"| {spec} | oracle (Fortran -O3, 1 thread) | "
+              f"{statistics.median(oracle_times) * 1e3:.1f} | 1 | | {load()} |")
+        print("\n".join(rows), flush=True)
 
     print()
     print("| grid | model | " + " | ".join(PHASES) + " | step | load avg |")
