@@ -194,11 +194,11 @@ def forward_only(model=None):
     states equal to the bit). Its tensors cannot be saved for a backward
     pass: a gradient run makes them ordinary first (Core.run_time_loop),
     snapshots are ordinary copies. A compiled core (compile=True or
-    "routines") runs under no_grad instead: its graphs guard on each input's dispatch keys,
-    which differ between inference and ordinary tensors, so a state turning
-    into inference tensors field by field recompiled them step after step
-    (2.6 s a step at 65x49x21), and inference mode gains a compiled step
-    nothing (35.2 against 36.2 ms)."""
+    "routines") runs under no_grad instead: its graphs guard on each
+    input's dispatch keys, which differ between inference and ordinary
+    tensors, so a state turning into inference tensors field by field
+    recompiled them step after step (2.6 s a step at 65x49x21), and
+    inference mode gains a compiled step nothing (35.2 against 36.2 ms)."""
     if getattr(model, "compile", False):
         return torch.no_grad()
     return torch.inference_mode()
