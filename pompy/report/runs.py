@@ -24,6 +24,7 @@ import numpy as np
 from pompy import variables
 from pompy.compare import difference
 from pompy.config import Config
+from pompy.core.model import forward_only
 from pompy.driver import make_model, output_files
 from pompy.errors import InputError
 from pompy.io import OutputWriter, output_fields
@@ -200,7 +201,7 @@ def run_side_by_side(config: Config, runs: list[Run], steps: int, folder: Path,
             for r in runs:
                 model = models[r.label]
                 start = time.perf_counter()
-                with _math(r):
+                with _math(r), forward_only(model):      # as pompy run steps
                     model.advance(stop)
                 res.seconds[r.label] += time.perf_counter() - start
             states = {r.label: models[r.label].numpy_state() for r in runs}
