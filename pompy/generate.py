@@ -315,7 +315,7 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
 
 # On the CPU an Ensemble pays only while a member's fields are small:
 # validation/ensemble.py, per member and step at B = 8 against B = 1, 1
-# thread, in inference mode: 0.37x at 21x17x11, 0.49x at 33x25x21,
+# thread, in inference mode: 0.37-0.41x at 21x17x11, 0.49x at 33x25x21,
 # 0.45-0.69x at 45x35x21 (33,075 cells), 0.97-1.08x at 55x41x21,
 # 0.96-1.15x at 65x49x21; at 128x128x21 (B = 4) 1.31x. Beyond this many
 # cells a CPU process steps its members one after another.

@@ -92,6 +92,37 @@ def test_gradients_through_an_ensemble_equal_the_single_runs():
         assert torch.equal(t0.grad[m], t.grad), m
 
 
+def test_an_ensemble_after_a_forward_only_run_gives_ordinary_snapshots_and_gradients():
+    """Stepped in forward_only() (inference mode, as pompy generate steps
+    it), an ensemble's snapshots are ordinary tensors, and a gradient run
+    from there gives each member's gradient as an ensemble that never ran
+    in inference mode does, to the last bit."""
+    from pompy.core.model import forward_only
+
+    config = small()
+
+    def ensemble(forward) -> Ensemble:
+        core = ExplicitCore(config)
+        core.run_initialization()
+        ens = Ensemble(core, 2)
+        ens.load_member(1, perturbation(core, 1))
+        with forward():
+            ens.advance(2)
+        return ens
+
+    ran, plain = ensemble(forward_only), ensemble(torch.no_grad)
+    assert ran.state["t"].is_inference()
+    assert not any(v.is_inference() for v in ran.snapshot(1).values() if torch.is_tensor(v))
+    grads = []
+    for ens in (ran, plain):
+        t0 = ens.state["t"].detach().clone().requires_grad_(True)
+        ens.state["t"] = t0
+        ens.advance(4)
+        (ens.state["u"].square().sum() + ens.state["el"].sum()).backward()
+        grads.append(t0.grad)
+    assert grads[0].abs().max() > 0 and torch.equal(grads[0], grads[1])
+
+
 def test_a_stop_names_its_member_and_keeps_the_last_good_state():
     config = small(vmaxl=0.5)
     core = ExplicitCore(config)

@@ -24,8 +24,8 @@ Four Markdown tables go to stdout:
 
 - ms per internal step (the median of the rounds; the oracle's over all its
   windows), the ratio to the oracle (the median of the rounds' ratios,
-  each torch window against the oracle's beside it), the warm-up
-  (compilation);
+  each torch window against the oracle's beside it), the median of the
+  oracle's windows beside the row's, the warm-up (compilation);
 - the eager rows' step by phase (ms per step), timed over ``--steps`` more steps
   by wrapping the core's routine table and its external mode (the physics
   untouched): surface forcing; the 3-D terms of the 2-D mode (advct,
@@ -327,7 +327,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     args = parser.parse_args(argv)
     check_device(args.device)
-    if min(args.steps, args.rounds, args.threads or 1) < 1:
+    if min(args.steps, args.rounds, 1 if args.threads is None else args.threads) < 1:
         refuse(f"--steps {args.steps}, --rounds {args.rounds}, --threads {args.threads}: at least 1")
     configs = {}
     for spec in args.grids.split(","):
@@ -343,8 +343,9 @@ def main(argv=None) -> None:
           + (f", {torch.cuda.get_device_name(args.device)}" if args.device.startswith("cuda")
              else ""))
     print()
-    print("| grid | model | ms / internal step | torch / oracle | warm-up (s) | load avg |")
-    print("|---|---|---|---|---|---|")
+    print("| grid | model | ms / internal step | torch / oracle | oracle beside (ms) | warm-up (s) "
+          "| load avg |")
+    print("|---|---|---|---|---|---|---|")
     phases, calls, io, parity = [], [], [], []
     for spec, config in configs.items():
         oracle, oracle_times, rows = Oracle(config), [], []
@@ -357,8 +358,9 @@ def main(argv=None) -> None:
                 oracle_times += [o for o, _ in rounds]
                 per_step = statistics.median(t for _, t in rounds)
                 ratio = statistics.median(t / o for o, t in rounds)
+                beside = statistics.median(o for o, _ in rounds)
                 rows.append(f"| {spec} | {label} | {per_step * 1e3:.1f} | {ratio:.2f} | "
-                            f"{warm:.1f} | {load()} |")
+                            f"{beside * 1e3:.1f} | {warm:.1f} | {load()} |")
                 if not compile:     # hooks inside whole-step graphs would break them
                     phases.append((spec, label, phase_times(core, args.steps, args.device),
                                    load()))
@@ -370,7 +372,7 @@ def main(argv=None) -> None:
                     if args.device != "cpu":
                         parity.append((spec, label, core.iint, cuda_vs_cpu(core, config)))
         print(f"| {spec} | oracle (Fortran -O3, 1 thread) | "
-              f"{statistics.median(oracle_times) * 1e3:.1f} | 1 | | {load()} |")
+              f"{statistics.median(oracle_times) * 1e3:.1f} | 1 | | | {load()} |")
         print("\n".join(rows), flush=True)
 
     print()

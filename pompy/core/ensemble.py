@@ -40,7 +40,7 @@ from pompy.config import MEMBER_PARAMS
 from pompy.autodiff.policies import policies_in_force
 from pompy.core import stepping
 from pompy.core.external import cg
-from pompy.core.model import Core, detached_copies, within_limits
+from pompy.core.model import Core, detached_copies, ordinary, within_limits
 from pompy.errors import ModelStop
 
 GRID = frozenset(variables.names(kind="grid"))
@@ -218,6 +218,8 @@ class Ensemble:
         nothing read)."""
         if compat.in_force():
             raise RuntimeError("pompy.compat.fortran_math cannot run batched: step members singly")
+        self.state, self.grid, self.member_params = (   # what a forward_only() run left
+            ordinary(self.state), ordinary(self.grid), ordinary(self.member_params))
         good, grid = self.state, self.grid
         with self._batchable(self.core) as core:
             p, routines, time0, policies = core._fixed(iint)

@@ -204,6 +204,16 @@ def forward_only(model=None):
     return torch.inference_mode()
 
 
+def ordinary(tensors: Mapping) -> dict:
+    """``tensors`` with each inference tensor (what a forward_only() run
+    left) an ordinary copy, which autograd can save and ops may write;
+    as given inside inference mode."""
+    if torch.is_inference_mode_enabled():
+        return dict(tensors)
+    return {n: v.clone() if torch.is_tensor(v) and v.is_inference() else v
+            for n, v in tensors.items()}
+
+
 def detached_copies(tensors: Mapping) -> dict:
     """Detached copies of ``tensors``, ordinary ones also of a
     forward_only() run's (a record may go into a gradient pass)."""
@@ -461,10 +471,7 @@ class Core:
             # intermediates, so the loop may rebind them freely
             for name in variables.names("loop_input"):
                 self.state[name] = self.state[name].clone()
-            if not torch.is_inference_mode_enabled():     # what a forward_only() run left
-                object.__setattr__(self, "state", {
-                    n: v.clone() if torch.is_tensor(v) and v.is_inference() else v
-                    for n, v in self.state.items()})
+            object.__setattr__(self, "state", ordinary(self.state))
         with forward_only(self) if self.generation_fast_path else contextlib.nullcontext():
             # two levels: segments, then the last one's steps on their own
             # (the backward pass would recompute it at once)
