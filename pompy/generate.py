@@ -333,10 +333,10 @@ def batched(config: Config, core: str, perturb: str, members: int, dtype: str,
     lent; a batch there fills a device a small grid leaves idle). Not the
     implicit core (batched, its PCG's early exit gives way to the
     fixed-budget CG: 0.50x at 21x17x11, 1.32x at 65x49x21, and not the
-    single run's bits), nor
-    float32 wind members (their factor would round otherwise), nor with
-    ``compile``: compiled graphs do not serve the ensemble's vmap, and one
-    compiled core stepping the members in turn is faster still."""
+    single run's bits), nor float32 wind members (their factor would round
+    otherwise), nor with ``compile``: compiled graphs do not serve the
+    ensemble's vmap, and one compiled core stepping the members in turn is
+    faster still."""
     small = torch.device(device).type != "cpu" or config.im * config.jm * config.kb <= BATCH_CELLS
     return not compile and core == "explicit" and members > 1 and small \
         and (perturb == "ic" or dtype == "float64")

@@ -471,6 +471,7 @@ class Core:
             # intermediates, so the loop may rebind them freely
             for name in variables.names("loop_input"):
                 self.state[name] = self.state[name].clone()
+            # and what a forward_only() run left becomes ordinary (autograd saves it)
             object.__setattr__(self, "state", ordinary(self.state))
         with forward_only(self) if self.generation_fast_path else contextlib.nullcontext():
             # two levels: segments, then the last one's steps on their own
