@@ -20,6 +20,15 @@ pompy array that has one: (i, j, k) fields, (1, 1, k) :func:`levels`,
 (j, k) and (i, k) boundary slices and (k,) profiles; an (i, j) field has no
 k, and ``zm`` of it would read j. :func:`shift` is the general offset the
 six are built on.
+
+A routine written for speed reads pom2k's ranges directly, as views, and
+writes them with :func:`put`: ``span(2, imm1)`` is the slice of pom2k's
+``i = 2..imm1`` and ``span(2, imm1, -1)`` the same range read at i-1, so
+pom2k's ``u(i,j,k)+u(i-1,j,k)`` over i = 2..imm1 is ``u[I, J, K] +
+u[Im, J, K]`` with ``I, Im = span(2, imm1), span(2, imm1, -1)``. Nothing is
+computed outside the ranges, nothing is copied to shift, and each point
+is computed by the same operations in the same order as with the
+neighbour operators (the same bits).
 """
 from __future__ import annotations
 
@@ -144,6 +153,40 @@ def inside(value: torch.Tensor, rest: torch.Tensor | float = 0.0, *,
     if not (torch.is_tensor(rest) and rest.dtype == value.dtype and rest.device == value.device):
         rest = torch.as_tensor(rest, dtype=value.dtype, device=value.device)
     return torch.where(mask, value, rest)
+
+
+def span(lo: int, hi: int, shift: int = 0) -> slice:
+    """pom2k's inclusive 1-based range ``lo..hi`` read at ``index + shift``,
+    as a 0-based slice: ``a[span(2, imm1, -1)]`` is a(i-1) for i = 2..imm1.
+    The range must lie inside the array: a slice past its end is silently
+    shorter (and broadcasts if it shrinks to one), so routines write only
+    ranges pom2k's loops read."""
+    if lo + shift < 1 or hi < lo:
+        raise ValueError(f"span({lo}, {hi}, {shift}) reads before index 1 or is empty")
+    return slice(lo - 1 + shift, hi + shift)
+
+
+def put(rest, value, *, i=None, j=None, k=None, like: Tensor | None = None) -> Tensor:
+    """pom2k's loop assignment ``a(i,j,k) = value`` over inclusive 1-based
+    ranges, as a new tensor: ``value`` (shaped like the ranges, or
+    broadcasting to them) inside, ``rest`` outside. ``rest`` is a tensor,
+    or a number filling a tensor shaped like ``like``; a range left out
+    (None) spans the whole dimension (i, j, k are dims 0, 1, 2, as for
+    :func:`inside`). The result is made with ``new_empty`` and ``copy_``
+    rather than ``rest.clone()`` so that a batched value (torch.vmap, an
+    ensemble's members) may be written over an unbatched ``rest``."""
+    index = tuple(slice(None) if r is None else span(*r) for r in (i, j, k))
+    while index and index[-1] == slice(None):
+        index = index[:-1]
+    if not torch.is_tensor(value):
+        out = rest.clone()
+    elif torch.is_tensor(rest):
+        out = value.new_empty(rest.shape)
+        out.copy_(rest)
+    else:
+        out = value.new_full(like.shape, rest)
+    out[index] = value
+    return out
 
 
 def above_kb(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

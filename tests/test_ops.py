@@ -408,3 +408,52 @@ def test_the_numpy_path_is_not_taken_with_gradients():
     assert ops._sqrt_numpy(x) is None
     with torch.no_grad():
         assert ops._sqrt_numpy(x) is not None
+
+
+# ------------------------------------------------------------ span and put
+
+
+def test_span_is_the_fortran_range_read_at_an_offset(a):
+    """a[span(lo, hi, s)] holds a(lo+s..hi+s) by hand-indexed loops."""
+    for lo, hi, s in ((2, 4, 0), (2, 4, -1), (2, 4, 1), (1, 5, 0), (3, 3, -2)):
+        got = a[ops.span(lo, hi, s)]
+        assert got.shape[0] == hi - lo + 1
+        for n, i in enumerate(range(lo, hi + 1)):
+            assert torch.equal(got[n], a[i + s - 1])
+    for bad in ((1, 4, -1), (3, 2, 0)):
+        with pytest.raises(ValueError, match="span"):
+            ops.span(*bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("bounds", [b for b in RANGES if b.get("i", (1, 1))[0] <= b.get("i", (1, 1))[1]],
+                         ids=str)
+def test_put_bit_for_bit_against_slicing(bounds, dtype):
+    """put writes value's bits on pom2k's ranges and rest's elsewhere
+    (NaN, inf and signed zeros included), as inside does for a whole-array
+    value; a number as rest fills a tensor shaped like ``like``."""
+    shape = (6, 5, 4) if "k" in bounds else (6, 5)
+    value, old = _special(shape, dtype, 1), _special(shape, dtype, 2)
+    index = tuple(slice(None) if b is None else slice(b[0] - 1, b[1])
+                  for b in (bounds.get("i"), bounds.get("j"), bounds.get("k")))[:len(shape)]
+    want = _inside_by_slicing(value.numpy(), old.numpy(), **bounds)
+    got = ops.put(old, value[index], **bounds)
+    assert _same_bits(got.numpy(), want) and got.data_ptr() != old.data_ptr()
+    want = _inside_by_slicing(value.numpy(), np.asarray(-0.0, dtype=value.numpy().dtype), **bounds)
+    assert _same_bits(ops.put(-0.0, value[index], like=old, **bounds).numpy(), want)
+
+
+def test_put_gradients_vmap_and_tangents(a):
+    """put's gradient reaches value on the ranges and rest outside them; a
+    batched value goes over an unbatched rest under torch.vmap (each member
+    as its own call); forward mode carries the tangents the same way."""
+    value = torch.rand(3, 4, 2, dtype=torch.float64, requires_grad=True)
+    rest = a.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda v, r: ops.put(r, v, i=(2, 4), k=(1, 2)), (value, rest))
+    members = torch.rand(4, 3, 4, 2, dtype=torch.float64)
+    batched = torch.vmap(lambda v: ops.put(a, v, i=(2, 4), k=(1, 2)))(members)
+    for m in range(4):
+        assert torch.equal(batched[m], ops.put(a, members[m], i=(2, 4), k=(1, 2)))
+    jvp = torch.func.jvp(lambda v: ops.put(a, v, i=(2, 4), k=(1, 2)),
+                         (value.detach(),), (torch.ones_like(value),))[1]
+    assert torch.equal(jvp, ops.put(torch.zeros_like(a), torch.ones_like(value), i=(2, 4), k=(1, 2)))
