@@ -99,12 +99,21 @@ def _parameters(fn: Callable) -> tuple[str, ...]:
     return tuple(inspect.signature(inspect.unwrap(fn)).parameters)
 
 
+@lru_cache(maxsize=4096)
+def _plan(fn: Callable, call: str) -> tuple[str, dict[str, str], tuple[tuple[str, str], ...]]:
+    # (routine name, binding, (argument, the name it reads)...): a step makes
+    # some 90 calls, each binding tens of arguments
+    name, binding = bind(call)
+    return name, binding, tuple((arg, binding.get(arg, arg)) for arg in _parameters(fn))
+
+
 def invoke(fn: Callable, call: str, s: Mapping, p: Mapping) -> tuple[NamedTuple, dict[str, str]]:
     """Run the torch routine ``fn`` as pom2k's ``call`` (each argument bound
     to its actual in ``s``, else ``p``, else the literal); its NamedTuple
     result and the binding."""
-    name, binding = bind(call)
-    out = fn(**{arg: argument(name, arg, binding.get(arg, arg), s, p) for arg in _parameters(fn)})
+    name, binding, plan = _plan(fn, call)
+    out = fn(**{arg: s[source] if source in s else argument(name, arg, source, s, p)
+                for arg, source in plan})
     return out, binding
 
 

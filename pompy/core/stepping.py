@@ -29,7 +29,7 @@ from pompy.calls import apply, outputs
 from pompy.core import advection, boundary, density, grid, problems, tracers, turbulence, vertical
 from pompy.core.file2ic import file2ic
 from pompy.core.viscosity import smagorinsky
-from pompy.ops import expand3, inside, over, sqrt_rn, xm, yp, ym
+from pompy.ops import expand3, inside, over, put, span, sqrt_rn, xm, yp
 from pompy.utils.safety import safe_divide
 
 
@@ -37,8 +37,8 @@ def depth_sum(a: Tensor, dz: Tensor, kend: int) -> Tensor:
     """sum over k = 1..kend of a(:,:,k)*dz(k), accumulated in pom2k's order
     (from 0, k ascending) so that the rounding is the Fortran's."""
     acc = torch.zeros_like(a[:, :, 0])
-    for k in range(kend):
-        acc = acc + a[:, :, k] * dz[k]
+    for layer in (a[:, :, :kend] * dz[:kend]).unbind(2):     # a(:,:,k)*dz(k), k = 1..kend
+        acc = acc + layer
     return acc
 
 
@@ -178,15 +178,19 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     kbm1 = kb - 1
     dz, dt, smoth = s["dz"], s["dt"], p["smoth"]
     # adjust u(z), v(z) so that their depth averages are the external ones
-    tps = expand3(depth_sum(s["u"], dz, kbm1))
-    u = (s["u"] - tps) + expand3(safe_divide(s["utb"] + s["utf"], dt + xm(dt),
-                                             layer="internal_step"))
-    s["u"] = inside(u, s["u"], i=(2, im), k=(1, kbm1))
-    tps = expand3(depth_sum(s["v"], dz, kbm1))
-    v = (s["v"] - tps) + expand3(safe_divide(s["vtb"] + s["vtf"], dt + ym(dt),
-                                             layer="internal_step"))
-    s["v"] = inside(v, s["v"], j=(2, jm), k=(1, kbm1))
-    s["tps"] = tps[:, :, 0]
+    I, Im, J, Jm, K = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1), span(1, kbm1)
+    u = s["u"]
+    tps = depth_sum(u, dz, kbm1)[I, :, None]
+    u = (u[I, :, K] - tps) + safe_divide(s["utb"][I] + s["utf"][I], dt[I] + dt[Im],
+                                         layer="internal_step")[..., None]
+    s["u"] = put(s["u"], u, i=(2, im), k=(1, kbm1))
+    v = s["v"]
+    tps = depth_sum(v, dz, kbm1)
+    v = (v[:, J, K] - tps[:, J, None]) + safe_divide(s["vtb"][:, J] + s["vtf"][:, J],
+                                                     dt[:, J] + dt[:, Jm],
+                                                     layer="internal_step")[..., None]
+    s["v"] = put(s["v"], v, j=(2, jm), k=(1, kbm1))
+    s["tps"] = tps
     apply(s, p, "vertvl(a,c)", "bcond(5)", routines=routines)
     s["uf"], s["vf"] = torch.zeros_like(s["uf"]), torch.zeros_like(s["vf"])
 
@@ -216,9 +220,10 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     apply(s, p, "advu", "advv", "profu", "profv", "bcond(3)", routines=routines)
     # filter with the depth mean of the filter increment removed
     for f, fb, ff in (("u", "ub", "uf"), ("v", "vb", "vf")):
-        incr = s[ff] + s[fb] - 2.0 * s[f]
+        now = s[f][..., K]
+        incr = s[ff][..., K] + s[fb][..., K] - 2.0 * now
         tps = depth_sum(incr, dz, kbm1)
-        filtered = inside(s[f] + .5 * smoth * (incr - expand3(tps)), s[f], k=(1, kbm1))
+        filtered = put(s[f], now + .5 * smoth * (incr - tps[..., None]), k=(1, kbm1))
         s[fb], s[f] = filtered, s[ff].clone()
         s["tps"] = tps
     return s
