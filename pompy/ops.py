@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import Tensor
+from torch._C._functorch import is_batchedtensor as _is_batched
 from torch.autograd import forward_ad
 
 X, Y, Z = 0, 1, 2
@@ -172,19 +173,19 @@ def put(rest, value, *, i=None, j=None, k=None, like: Tensor | None = None) -> T
     broadcasting to them) inside, ``rest`` outside. ``rest`` is a tensor,
     or a number filling a tensor shaped like ``like``; a range left out
     (None) spans the whole dimension (i, j, k are dims 0, 1, 2, as for
-    :func:`inside`). The result is made with ``new_empty`` and ``copy_``
-    rather than ``rest.clone()`` so that a batched value (torch.vmap, an
-    ensemble's members) may be written over an unbatched ``rest``."""
+    :func:`inside`). Under torch.vmap (an ensemble's members) a batched
+    value may go over an unbatched ``rest`` and the reverse."""
     index = tuple(slice(None) if r is None else span(*r) for r in (i, j, k))
     while index and index[-1] == slice(None):
         index = index[:-1]
-    if not torch.is_tensor(value):
-        out = rest.clone()
-    elif torch.is_tensor(rest):
-        out = value.new_empty(rest.shape)
+    if not torch.is_tensor(rest):
+        out = value.new_full(like.shape, rest)
+    elif torch.is_tensor(value) and not torch.compiler.is_compiling() \
+            and _is_batched(value) and not _is_batched(rest):
+        out = value.new_empty(rest.shape)       # batched, as value
         out.copy_(rest)
     else:
-        out = value.new_full(like.shape, rest)
+        out = rest.clone()
     out[index] = value
     return out
 

@@ -444,9 +444,10 @@ def test_put_bit_for_bit_against_slicing(bounds, dtype):
 
 
 def test_put_gradients_vmap_and_tangents(a):
-    """put's gradient reaches value on the ranges and rest outside them; a
-    batched value goes over an unbatched rest under torch.vmap (each member
-    as its own call); forward mode carries the tangents the same way."""
+    """put's gradient reaches value on the ranges and rest outside them;
+    under torch.vmap a batched value goes over an unbatched rest and the
+    reverse (each member as its own call); forward mode carries the
+    tangents the same way."""
     value = torch.rand(3, 4, 2, dtype=torch.float64, requires_grad=True)
     rest = a.clone().requires_grad_()
     assert torch.autograd.gradcheck(lambda v, r: ops.put(r, v, i=(2, 4), k=(1, 2)), (value, rest))
@@ -454,6 +455,10 @@ def test_put_gradients_vmap_and_tangents(a):
     batched = torch.vmap(lambda v: ops.put(a, v, i=(2, 4), k=(1, 2)))(members)
     for m in range(4):
         assert torch.equal(batched[m], ops.put(a, members[m], i=(2, 4), k=(1, 2)))
+    rests = torch.rand(4, 5, 4, 3, dtype=torch.float64)     # and an unbatched value over batched rests
+    batched = torch.vmap(lambda r: ops.put(r, value.detach(), i=(2, 4), k=(1, 2)))(rests)
+    for m in range(4):
+        assert torch.equal(batched[m], ops.put(rests[m], value.detach(), i=(2, 4), k=(1, 2)))
     jvp = torch.func.jvp(lambda v: ops.put(a, v, i=(2, 4), k=(1, 2)),
                          (value.detach(),), (torch.ones_like(value),))[1]
     assert torch.equal(jvp, ops.put(torch.zeros_like(a), torch.ones_like(value), i=(2, 4), k=(1, 2)))
