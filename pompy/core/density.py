@@ -11,7 +11,7 @@ from torch import Tensor
 
 from pompy.calls import outputs
 from pompy.compat import abs_pow15
-from pompy.ops import Z, expand3, inside, levels, xm, ym, zm
+from pompy.ops import Z, put, span
 
 
 DensOut = outputs("DensOut", "rhoo")
@@ -26,23 +26,25 @@ def dens(grav: float, rhoref: float, tbias: float, sbias: float, zz: Tensor,
     si, ti, rhoo at T points. Writes rhoo for k=1..kbm1 (all i, j);
     rhoo(:,:,kb) is returned as given.
     """
-    kb = rhoo.size(Z)
-    tr = ti + tbias
-    sr = si + sbias
+    kbm1 = rhoo.size(Z) - 1
+    K = span(1, kbm1)
+    tr = ti[:, :, K] + tbias
+    sr = si + sbias                 # abs_pow15 takes every k (fortran_math: the whole array)
     tr2 = tr * tr
     tr3 = tr2 * tr
     tr4 = tr3 * tr
     # approximate pressure in bars
-    p = grav * rhoref * (-levels(zz) * expand3(h)) * 1.e-5
+    p = grav * rhoref * (-zz[None, None, K] * h[:, :, None]) * 1.e-5
     rhor = (-0.157406 + 6.793952e-2 * tr - 9.095290e-3 * tr2
             + 1.001685e-4 * tr3 - 1.120083e-6 * tr4 + 6.536332e-9 * tr4 * tr)
+    srK = sr[:, :, K]
     rhor = (rhor + (0.824493 - 4.0899e-3 * tr + 7.6438e-5 * tr2
-                    - 8.2467e-7 * tr3 + 5.3875e-9 * tr4) * sr
-            + (-5.72466e-3 + 1.0227e-4 * tr - 1.6546e-6 * tr2) * abs_pow15(sr)
-            + 4.8314e-4 * sr * sr)
-    cr = 1449.1 + .0821 * p + 4.55 * tr - .045 * tr2 + 1.34 * (sr - 35.)
+                    - 8.2467e-7 * tr3 + 5.3875e-9 * tr4) * srK
+            + (-5.72466e-3 + 1.0227e-4 * tr - 1.6546e-6 * tr2) * abs_pow15(sr)[:, :, K]
+            + 4.8314e-4 * srK * srK)
+    cr = 1449.1 + .0821 * p + 4.55 * tr - .045 * tr2 + 1.34 * (srK - 35.)
     rhor = rhor + 1.e5 * p / (cr * cr) * (1. - 2. * p / (cr * cr))
-    return DensOut(rhoo=inside(rhor / rhoref * expand3(fsm), rest=rhoo, k=(1, kb - 1)))
+    return DensOut(rhoo=put(rhoo, rhor / rhoref * fsm[:, :, None], k=(1, kbm1)))
 
 
 def baropg(grav: float, zz: Tensor, dx: Tensor, dy: Tensor, dt: Tensor, dum: Tensor,
@@ -58,34 +60,35 @@ def baropg(grav: float, zz: Tensor, dx: Tensor, dy: Tensor, dt: Tensor, dum: Ten
     im, jm, kb = rho.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
     rhom = rho - rmean
-    D, dx3, dy3 = expand3(dt), expand3(dx), expand3(dy)
-    zzk = levels(zz)
-    zzkm1 = zm(zzk)
+    I, J = span(2, imm1), span(2, jmm1)
+    K, Km = span(2, kbm1), span(2, kbm1, -1)
+    D = dt[I, J]
+    rIJ = rhom[I, J]
+    zzk, zzkm1 = zz[K], zz[Km]
+    dzk, szk = zzkm1 - zzk, zzkm1 + zzk
+    top0 = .5 * grav * (-zz[0])
 
-    def integrate(back) -> Tensor:
-        # back = xm for drhox (neighbour i-1), ym for drhoy (neighbour j-1)
-        Dm = back(D)
-        rm = back(rhom)
-        rk1, rmk1 = zm(rhom), zm(rm)
-        top = .5 * grav * (-zz[0]) * (D + Dm) * (rhom - rm)
-        a = grav * .25 * (zzkm1 - zzk) * (D + Dm) * (rhom - rm + rk1 - rmk1)
-        b = grav * .25 * (zzkm1 + zzk) * (D - Dm) * (rhom + rm - rk1 - rmk1)
+    def integrate(Dm: Tensor, rm: Tensor, mask: Tensor, face: Tensor, facem: Tensor) -> Tensor:
+        # Dm = dt, rm = rhom at the neighbour (i-1 for drhox, j-1 for drhoy),
+        # on i=2..imm1, j=2..jmm1
+        DDm = D + Dm
+        top = top0 * DDm * (rIJ[:, :, 0] - rm[:, :, 0])
+        DDm3 = DDm[:, :, None]
+        r, rk1, rmk, rmk1 = rIJ[:, :, K], rIJ[:, :, Km], rm[:, :, K], rm[:, :, Km]
+        a = grav * .25 * dzk * DDm3 * (r - rmk + rk1 - rmk1)
+        b = grav * .25 * szk * (D - Dm)[:, :, None] * (r + rmk - rk1 - rmk1)
         # k = 2..kbm1: the integral from the surface, in pom2k's order
-        acc = top[..., 0]
+        acc = top
         cols = [acc]
-        for k in range(1, kbm1):
+        for k in range(kbm1 - 1):
             acc = acc + a[..., k] + b[..., k]
             cols.append(acc)
-        return torch.stack(cols, dim=Z)
+        integral = torch.stack(cols, dim=Z)
+        return .25 * DDm3 * integral * mask[I, J, None] * (face[I, J, None] + facem)
 
-    rows = (2, imm1), (2, jmm1), (1, kbm1)
-
-    def finish(integral: Tensor, back, mask: Tensor, face: Tensor, old: Tensor) -> Tensor:
-        full = .25 * (D + back(D))[..., :kbm1] * integral * expand3(mask) \
-            * (face + back(face))
-        full = torch.cat([full, old[..., kbm1:]], dim=Z)
-        return inside(full, rest=old, i=rows[0], j=rows[1], k=rows[2])
-
-    drhox_new = finish(integrate(xm), xm, dum, dy3, drhox)
-    drhoy_new = finish(integrate(ym), ym, dvm, dx3, drhoy)
-    return BaropgOut(rho=rhom + rmean, drhox=drhox_new, drhoy=drhoy_new)
+    Im, Jm = span(2, imm1, -1), span(2, jmm1, -1)
+    drhox_new = integrate(dt[Im, J], rhom[Im, J], dum, dy, dy[Im, J, None])
+    drhoy_new = integrate(dt[I, Jm], rhom[I, Jm], dvm, dx, dx[I, Jm, None])
+    rows = dict(i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
+    return BaropgOut(rho=rhom + rmean, drhox=put(drhox, drhox_new, **rows),
+                     drhoy=put(drhoy, drhoy_new, **rows))

@@ -2,7 +2,8 @@
 
 Tensors are indexed (i, j, k) like the Fortran: ``a[i-1, j-1, k-1]`` is
 ``a(i,j,k)``. Every routine returns new tensors; ranges pom2k leaves
-untouched keep the input values.
+untouched keep the input values. Each reads pom2k's loop ranges as views
+(pompy.ops.span) and writes them with pompy.ops.put.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import expand3, inside, levels, xm, xp, ym, yp, zm, zp
+from pompy.ops import put, span
 from pompy.utils.safety import safe_divide
 
 
@@ -25,12 +26,18 @@ def _bottom_copy(a: Tensor) -> Tensor:
 
 
 def _leapfrog(xflux, yflux, zflux, dz, fb, h, etb, etf, art, dti2):
-    """The flux divergence and leapfrog step pom2k's advt1/advt2 share
-    (values for every point; the callers keep i=2..imm1, j=2..jmm1, k=1..kbm1)."""
-    H, ETB, ETF, ART = (expand3(a) for a in (h, etb, etf, art))
-    ff = (xp(xflux) - xflux + yp(yflux) - yflux
-          + safe_divide(zflux - zp(zflux), levels(dz), layer="advt"))   # dz(kb) = 0
-    return safe_divide(fb * (H + ETB) * ART - dti2 * ff, (H + ETF) * ART, layer="advt")
+    """The flux divergence and leapfrog step pom2k's advt1/advt2 share, at
+    i=2..imm1, j=2..jmm1, k=1..kbm1 (the values there, shaped like that
+    range), from the fluxes on the ranges it reads: xflux at i=2..im,
+    j=2..jmm1, k=1..kbm1; yflux at i=2..imm1, j=2..jm, k=1..kbm1; zflux at
+    i=2..imm1, j=2..jmm1, all k."""
+    im, jm, kb = fb.shape
+    I, J, K = span(2, im - 1), span(2, jm - 1), span(1, kb - 1)
+    H, ART = h[I, J, None], art[I, J, None]
+    ff = (xflux[1:] - xflux[:-1] + yflux[:, 1:] - yflux[:, :-1]
+          + safe_divide(zflux[..., :-1] - zflux[..., 1:], dz[K], layer="advt"))
+    return safe_divide(fb[I, J, K] * (H + etb[I, J, None]) * ART - dti2 * ff,
+                       (H + etf[I, J, None]) * ART, layer="advt")
 
 
 def advt1(dti2, tprni, dz, u, v, w, aam, dt, h, etb, etf,
@@ -45,28 +52,40 @@ def advt1(dti2, tprni, dz, u, v, w, aam, dt, h, etb, etf,
     """
     im, jm, kb = f.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    DT, H, DX, DY, ART, DUM, DVM = (expand3(a) for a in (dt, h, dx, dy, art, dum, dvm))
     f = _bottom_copy(f)
     fb = _bottom_copy(fb)
+    # i=2..im, j=2..jm, k=1..kbm1
+    I, Im = span(2, im), span(2, im, -1)
+    J, Jm = span(2, jm), span(2, jm, -1)
+    K = span(1, kbm1)
+    D, H, DX, DY = dt[I, J, None], h[I, J, None], dx[I, J, None], dy[I, J, None]
+    fIJ = f[I, J, K]
     # advective fluxes
-    xadv = .25 * ((DT + xm(DT)) * (f + xm(f)) * u)
-    yadv = .25 * ((DT + ym(DT)) * (f + ym(f)) * v)
+    xadv = .25 * ((D + dt[Im, J, None]) * (fIJ + f[Im, J, K]) * u[I, J, K])
+    yadv = .25 * ((D + dt[I, Jm, None]) * (fIJ + f[I, Jm, K]) * v[I, J, K])
     # diffusive fluxes, of fb - fclim
     fbc = fb - fclim
-    xdif = (xadv - .5 * (aam + xm(aam)) * (H + xm(H)) * tprni
-            * (fbc - xm(fbc)) * DUM / (DX + xm(DX)))
-    ydif = (yadv - .5 * (aam + ym(aam)) * (H + ym(H)) * tprni
-            * (fbc - ym(fbc)) * DVM / (DY + ym(DY)))
-    xflux = inside(.5 * (DY + xm(DY)) * xdif, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
-    yflux = inside(.5 * (DX + ym(DX)) * ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    fbcIJ, aIJ = fbc[I, J, K], aam[I, J, K]
+    xdif = (xadv - .5 * (aIJ + aam[Im, J, K]) * (H + h[Im, J, None]) * tprni
+            * (fbcIJ - fbc[Im, J, K]) * dum[I, J, None] / (DX + dx[Im, J, None]))
+    ydif = (yadv - .5 * (aIJ + aam[I, Jm, K]) * (H + h[I, Jm, None]) * tprni
+            * (fbcIJ - fbc[I, Jm, K]) * dvm[I, J, None] / (DY + dy[I, Jm, None]))
+    xflux = put(xflux, .5 * (DY + dy[Im, J, None]) * xdif, i=(2, im), j=(2, jm), k=(1, kbm1))
+    yflux = put(yflux, .5 * (DX + dx[I, Jm, None]) * ydif, i=(2, im), j=(2, jm), k=(1, kbm1))
     fb = fbc + fclim
-    # vertical advection: w(1)*f(1) at the surface, zero at the bottom
-    zint = .5 * (zm(f) + f) * w * ART
-    zsurf = f * w * ART
-    zcol = inside(inside(zint, rest=zsurf, k=(2, kb)), rest=0., k=(1, kbm1))
-    zflux = inside(zcol, rest=zflux, i=(2, imm1), j=(2, jmm1))
-    ff = inside(_leapfrog(xflux, yflux, zflux, dz, fb, h, etb, etf, art, dti2),
-                rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
+    # vertical advection at i=2..imm1, j=2..jmm1: w(1)*f(1) at the surface,
+    # .5*(f(k-1)+f(k))*w(k) at k=2..kbm1, zero at the bottom
+    I, J = span(2, imm1), span(2, jmm1)
+    K, Km = span(2, kbm1), span(2, kbm1, -1)
+    ART = art[I, J, None]
+    zsurf = f[I, J, :1] * w[I, J, :1] * ART
+    zint = .5 * (f[I, J, Km] + f[I, J, K]) * w[I, J, K] * ART
+    zcol = torch.cat([zsurf, zint, torch.zeros_like(zsurf)], dim=2)
+    zflux = put(zflux, zcol, i=(2, imm1), j=(2, jmm1))
+    K = span(1, kbm1)
+    ff = put(ff, _leapfrog(xflux[span(2, im), J, K], yflux[I, span(2, jm), K], zcol,
+                           dz, fb, h, etb, etf, art, dti2),
+             i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
     return Advt1Out(fb, f, ff, xflux, yflux, zflux)
 
 
@@ -86,51 +105,71 @@ def advt2(dti2, tprni, dz, dzz, u, v, w, aam, dt, h, etb, etf,
     """
     im, jm, kb = f.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    DT, H, DX, DY, ART, DUM, DVM = (expand3(a) for a in (dt, h, dx, dy, art, dum, dvm))
-    xmassflux = inside(0.25 * (xm(DY) + DY) * (xm(DT) + DT) * u,
-                       i=(2, im), j=(2, jmm1), k=(1, kbm1))
-    ymassflux = inside(0.25 * (ym(DX) + DX) * (ym(DT) + DT) * v,
-                       i=(2, imm1), j=(2, jm), k=(1, kbm1))
+    I, Im = span(2, im), span(2, im, -1)
+    J, Jm = span(2, jm), span(2, jm, -1)
+    K = span(1, kbm1)
+    Ii, Ji = span(2, imm1), span(2, jmm1)           # the interior
+    Ki, Kim = span(2, kbm1), span(2, kbm1, -1)
+    # zero outside their ranges
+    xmassflux = put(0., 0.25 * (dy[Im, Ji, None] + dy[I, Ji, None])
+                    * (dt[Im, Ji, None] + dt[I, Ji, None]) * u[I, Ji, K],
+                    like=u, i=(2, im), j=(2, jmm1), k=(1, kbm1))
+    ymassflux = put(0., 0.25 * (dx[Ii, Jm, None] + dx[Ii, J, None])
+                    * (dt[Ii, Jm, None] + dt[Ii, J, None]) * v[Ii, J, K],
+                    like=v, i=(2, imm1), j=(2, jm), k=(1, kbm1))
     fb = _bottom_copy(fb)
     eta = etb
-    zflux = zflux.clone()  # returned as is when nitera is 0
     zwflux = w
     fbmem = fb
+    ARTi = art[Ii, Ji, None]
+    zcol = None
     for itera in range(1, nitera + 1):
-        # upwind advection
-        xup = 0.5 * ((xmassflux + xmassflux.abs()) * xm(fbmem)
-                     + (xmassflux - xmassflux.abs()) * fbmem)
-        yup = 0.5 * ((ymassflux + ymassflux.abs()) * ym(fbmem)
-                     + (ymassflux - ymassflux.abs()) * fbmem)
-        xflux = inside(xup, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
-        yflux = inside(yup, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
-        zsurf = w * f * ART if itera == 1 else torch.zeros_like(w)
-        zint = 0.5 * ((zwflux + zwflux.abs()) * fbmem
-                      + (zwflux - zwflux.abs()) * zm(fbmem))
-        zcol = inside(inside(zint * ART, rest=zsurf, k=(2, kb)), rest=0., k=(1, kbm1))
-        zflux = inside(zcol, rest=zflux, i=(2, imm1), j=(2, jmm1))
-        ff = inside(_leapfrog(xflux, yflux, zflux, dz, fbmem, h, eta, etf, art, dti2),
-                    rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
+        # upwind advection: xflux at i=2..im, j=2..jmm1; yflux at i=2..imm1,
+        # j=2..jm (what the leapfrog reads; pom2k writes both at i=2..im,
+        # j=2..jm, and the diffusive fluxes replace them after the passes)
+        xmf, ymf = xmassflux[I, Ji, K], ymassflux[Ii, J, K]
+        xabs, yabs = xmf.abs(), ymf.abs()
+        xup = 0.5 * ((xmf + xabs) * fbmem[Im, Ji, K] + (xmf - xabs) * fbmem[I, Ji, K])
+        yup = 0.5 * ((ymf + yabs) * fbmem[Ii, Jm, K] + (ymf - yabs) * fbmem[Ii, J, K])
+        # vertical, at i=2..imm1, j=2..jmm1: w(1)*f(1) at the surface on
+        # the first pass (zero after), upwind at k=2..kbm1, zero at kb
+        zw = zwflux[Ii, Ji, Ki]
+        zabs = zw.abs()
+        zint = 0.5 * ((zw + zabs) * fbmem[Ii, Ji, Ki] + (zw - zabs) * fbmem[Ii, Ji, Kim])
+        if itera == 1:
+            zsurf = w[Ii, Ji, :1] * f[Ii, Ji, :1] * ARTi
+            zbottom = torch.zeros_like(zsurf)
+        else:
+            zsurf = zbottom
+        zcol = torch.cat([zsurf, zint * ARTi, zbottom], dim=2)
+        ff = put(ff, _leapfrog(xup, yup, zcol, dz, fbmem, h, eta, etf, art, dti2),
+                 i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
         xmassflux, ymassflux, zwflux, ff = smol_adif(
             dti2=dti2, dzz=dzz, dt=dt, aru=aru, arv=arv, fsm=fsm, xmassflux=xmassflux,
             ymassflux=ymassflux, zwflux=zwflux, ff=ff, sw=sw)
         eta = etf
         fbmem = ff
-    # horizontal diffusion, of fb - fclim
+    # zflux: the last pass's
+    zflux = zflux.clone() if zcol is None else put(zflux, zcol, i=(2, imm1), j=(2, jmm1))
+    # horizontal diffusion, of fb - fclim, at i=2..im, j=2..jm
     fbc = fb - fclim
-    xmassflux = 0.5 * (aam + xm(aam))
-    ymassflux = 0.5 * (aam + ym(aam))
-    xdif = (-xmassflux * (H + xm(H)) * tprni * (fbc - xm(fbc)) * DUM
-            * (DY + xm(DY)) * 0.5 / (DX + xm(DX)))
-    ydif = (-ymassflux * (H + ym(H)) * tprni * (fbc - ym(fbc)) * DVM
-            * (DX + ym(DX)) * 0.5 / (DY + ym(DY)))
-    xflux = inside(xdif, rest=xflux, i=(2, im), j=(2, jm), k=(1, kbm1))
-    yflux = inside(ydif, rest=yflux, i=(2, im), j=(2, jm), k=(1, kbm1))
+    H, DX, DY = h[I, J, None], dx[I, J, None], dy[I, J, None]
+    fbcIJ, aIJ = fbc[I, J, K], aam[I, J, K]
+    xmassflux = 0.5 * (aIJ + aam[Im, J, K])
+    ymassflux = 0.5 * (aIJ + aam[I, Jm, K])
+    xdif = (-xmassflux * (H + h[Im, J, None]) * tprni * (fbcIJ - fbc[Im, J, K]) * dum[I, J, None]
+            * (DY + dy[Im, J, None]) * 0.5 / (DX + dx[Im, J, None]))
+    ydif = (-ymassflux * (H + h[I, Jm, None]) * tprni * (fbcIJ - fbc[I, Jm, K]) * dvm[I, J, None]
+            * (DX + dx[I, Jm, None]) * 0.5 / (DY + dy[I, Jm, None]))
+    xflux = put(xflux, xdif, i=(2, im), j=(2, jm), k=(1, kbm1))
+    yflux = put(yflux, ydif, i=(2, im), j=(2, jm), k=(1, kbm1))
     fb = fbc + fclim
-    ETF = expand3(etf)
-    fdif = ff - safe_divide(dti2 * (xp(xflux) - xflux + yp(yflux) - yflux),
-                            (H + ETF) * ART, layer="advt")
-    ff = inside(fdif, rest=ff, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
+    # i=2..imm1, j=2..jmm1, k=1..kbm1
+    Ip, Jp = span(2, imm1, 1), span(2, jmm1, 1)
+    fdif = ff[Ii, Ji, K] - safe_divide(
+        dti2 * (xflux[Ip, Ji, K] - xflux[Ii, Ji, K] + yflux[Ii, Jp, K] - yflux[Ii, Ji, K]),
+        (h[Ii, Ji, None] + etf[Ii, Ji, None]) * ARTi, layer="advt")
+    ff = put(ff, fdif, i=(2, imm1), j=(2, jmm1), k=(1, kbm1))
     return Advt2Out(fb, ff, xflux, yflux, zflux)
 
 
@@ -146,9 +185,7 @@ def smol_adif(dti2, dzz, dt, aru, arv, fsm, xmassflux, ymassflux, zwflux, ff, sw
     value_min, epsilon = 1.e-9, 1.0e-14
     im, jm, kb = ff.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    DT, ARU, ARV = (expand3(a) for a in (dt, aru, arv))
-    ff = ff * expand3(fsm)
-    zero = torch.zeros_like(ff)
+    ff = ff * fsm[:, :, None]
 
     def antidiffusion(flux, f0, f1, second_order):
         # f0, f1 the two neighbours: mol = (f1 - f0) / (f0 + f1 + epsilon)
@@ -157,21 +194,28 @@ def smol_adif(dti2, dzz, dt, aru, arv, fsm, xmassflux, ymassflux, zwflux, ff, sw
         # f0 + f1 = -epsilon (a tracer crossing 0) would put inf in the branch not kept
         mol = safe_divide(f1 - f0, f0 + f1 + epsilon, layer="advt")
         anti = (first - second_order) * mol * sw
-        anti = torch.where(first < second_order.abs(), zero, anti)
-        return torch.where(below, zero, anti)
+        anti = torch.where(first < second_order.abs(), 0., anti)
+        return torch.where(below, 0., anti)
 
-    ffm_x = xm(ff)
-    u2dt = dti2 * xmassflux * xmassflux * 2. / (ARU * (xm(DT) + DT))
-    xnew = antidiffusion(xmassflux, ffm_x, ff, u2dt)
-    xmassflux = inside(xnew, rest=xmassflux, i=(2, im), j=(2, jmm1), k=(1, kbm1))
+    # i=2..im, j=2..jmm1, k=1..kbm1
+    I, Im, J, K = span(2, im), span(2, im, -1), span(2, jmm1), span(1, kbm1)
+    flux = xmassflux[I, J, K]
+    u2dt = dti2 * flux * flux * 2. / (aru[I, J, None] * (dt[Im, J, None] + dt[I, J, None]))
+    xnew = antidiffusion(flux, ff[Im, J, K], ff[I, J, K], u2dt)
+    xmassflux = put(xmassflux, xnew, i=(2, im), j=(2, jmm1), k=(1, kbm1))
 
-    ffm_y = ym(ff)
-    v2dt = dti2 * ymassflux * ymassflux * 2. / (ARV * (ym(DT) + DT))
-    ynew = antidiffusion(ymassflux, ffm_y, ff, v2dt)
-    ymassflux = inside(ynew, rest=ymassflux, i=(2, imm1), j=(2, jm), k=(1, kbm1))
+    # i=2..imm1, j=2..jm, k=1..kbm1
+    I, J, Jm = span(2, imm1), span(2, jm), span(2, jm, -1)
+    flux = ymassflux[I, J, K]
+    v2dt = dti2 * flux * flux * 2. / (arv[I, J, None] * (dt[I, Jm, None] + dt[I, J, None]))
+    ynew = antidiffusion(flux, ff[I, Jm, K], ff[I, J, K], v2dt)
+    ymassflux = put(ymassflux, ynew, i=(2, imm1), j=(2, jm), k=(1, kbm1))
 
-    # vertical: mol = (ff(k-1) - ff(k)) / (ff(k) + ff(k-1) + epsilon)
-    w2dt = dti2 * zwflux * zwflux / (levels(zm(dzz)) * DT)
-    znew = antidiffusion(zwflux, ff, zm(ff), w2dt)
-    zwflux = inside(znew, rest=zwflux, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
+    # vertical, i=2..imm1, j=2..jmm1, k=2..kbm1:
+    # mol = (ff(k-1) - ff(k)) / (ff(k) + ff(k-1) + epsilon)
+    J, K, Km = span(2, jmm1), span(2, kbm1), span(2, kbm1, -1)
+    flux = zwflux[I, J, K]
+    w2dt = dti2 * flux * flux / (dzz[Km] * dt[I, J, None])
+    znew = antidiffusion(flux, ff[I, J, K], ff[I, J, Km], w2dt)
+    zwflux = put(zwflux, znew, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
     return SmolAdifOut(xmassflux, ymassflux, zwflux, ff)
