@@ -12,13 +12,8 @@ import torch
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import Z, expand3, inside, levels, xm, xp, ym, yp, zm, zp
+from pompy.ops import Z, put, span
 from pompy.utils.safety import safe_divide, safe_sqrt
-
-
-def _sum4(a):
-    """a(i,j) + a(i-1,j) + a(i,j-1) + a(i-1,j-1), pom2k's corner sum."""
-    return a + xm(a) + ym(a) + xm(ym(a))
 
 
 AdvctOut = outputs("AdvctOut", "advx advy xflux yflux curv")
@@ -42,51 +37,62 @@ def advct(u: Tensor, v: Tensor, ub: Tensor, vb: Tensor, dt: Tensor, aam: Tensor,
     """
     im, jm, kb = u.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    D, dx3, dy3 = expand3(dt), expand3(dx), expand3(dy)
-    aru3, arv3 = expand3(aru), expand3(arv)
-    ks = (1, kbm1)
+    # pom2k's ranges: I, J = 2..imm1, 2..jmm1 (advx, advy, curv); I2, J2 =
+    # 2..im, 2..jm (the corners); Ip/Im, Jp/Jm read at +-1; K = 1..kbm1
+    I, Ip, Im = span(2, imm1), span(2, imm1, 1), span(2, imm1, -1)
+    J, Jp, Jm = span(2, jmm1), span(2, jmm1, 1), span(2, jmm1, -1)
+    I2, I2m = span(2, im), span(2, im, -1)
+    J2, J2m = span(2, jm), span(2, jm, -1)
+    K = span(1, kbm1)
+    inner = dict(i=(2, imm1), j=(2, jmm1), k=(1, kbm1), like=u)
 
-    curv_new = inside(.25 * ((yp(v) + v) * (xp(dy3) - xm(dy3))
-                             - (xp(u) + u) * (yp(dx3) - ym(dx3))) / (dx3 * dy3),
-                      i=(2, imm1), j=(2, jmm1), k=ks)
-    # shear diffusion shared by both components, at the corner (i-1/2, j-1/2)
-    dtaam = .25 * _sum4(D) * _sum4(aam)
-    shear = dtaam * ((ub - ym(ub)) / _sum4(dy3) + (vb - xm(vb)) / _sum4(dx3))
+    D, uI, vI, vIJp = dt[I, J, None], u[I, J, K], v[I, J, K], v[I, Jp, K]
+    curv_new = (.25 * ((vIJp + vI) * (dy[Ip, J, None] - dy[Im, J, None])
+                       - (u[Ip, J, K] + uI) * (dx[I, Jp, None] - dx[I, Jm, None]))
+                / (dx[I, J, None] * dy[I, J, None]))
+    # shear diffusion shared by both components, at the corners (i-1/2, j-1/2)
+    Dc, Dcx, Dcy, Dcxy = dt[I2, J2, None], dt[I2m, J2, None], dt[I2, J2m, None], dt[I2m, J2m, None]
+    sdx = dx[I2, J2, None] + dx[I2m, J2, None] + dx[I2, J2m, None] + dx[I2m, J2m, None]
+    sdy = dy[I2, J2, None] + dy[I2m, J2, None] + dy[I2, J2m, None] + dy[I2m, J2m, None]
+    dtaam = (.25 * (Dc + Dcx + Dcy + Dcxy)
+             * (aam[I2, J2, K] + aam[I2m, J2, K] + aam[I2, J2m, K] + aam[I2m, J2m, K]))
+    shear = dtaam * ((ub[I2, J2, K] - ub[I2, J2m, K]) / sdy
+                     + (vb[I2, J2, K] - vb[I2m, J2, K]) / sdx)
+    uc, ucy, vc, vcx = u[I2, J2, K], u[I2, J2m, K], v[I2, J2, K], v[I2m, J2, K]
 
-    # x-component: advective fluxes (xflux spans j=1..jm, yflux i=2..im)
-    xadv = inside(.125 * ((xp(D) + D) * xp(u) + (D + xm(D)) * u) * (xp(u) + u),
-                  i=(2, imm1), k=ks)
-    yadv = inside(.125 * ((D + ym(D)) * v + (xm(D) + xm(ym(D))) * xm(v)) * (u + ym(u)),
-                  i=(2, im), j=(2, jm), k=ks)
-    # diffusive fluxes and face lengths only on i=2..imm1, j=2..jm
-    xfl = inside(dy3 * (xadv - D * aam * 2. * (xp(ub) - ub) / dx3),
-                 rest=xadv, i=(2, imm1), j=(2, jm), k=ks)
-    yfl = inside(.25 * _sum4(dx3) * (yadv - shear),
-                 rest=yadv, i=(2, imm1), j=(2, jm), k=ks)
-    div = xfl - xm(xfl) + yp(yfl) - yfl
-    ax = div - aru3 * .25 * (curv_new * D * (yp(v) + v)
-                             + xm(curv_new) * xm(D) * (xm(yp(v)) + xm(v)))
+    # x-component: xflux on i=2..imm1 (read on j=2..jmm1; 0 at i=1), yflux
+    # on i=2..imm1, j=2..jm
+    DIp, uIp = dt[Ip, J, None], u[Ip, J, K]
+    xfl = dy[I, J, None] * (.125 * ((DIp + D) * uIp + (D + dt[Im, J, None]) * uI) * (uIp + uI)
+                            - D * aam[I, J, K] * 2. * (ub[Ip, J, K] - ub[I, J, K]) / dx[I, J, None])
+    yfl = (.25 * sdx[:-1]
+           * (.125 * ((Dc + Dcy) * vc + (Dcx + Dcxy) * vcx) * (uc + ucy) - shear)[:-1])
+    div = torch.cat([xfl[:1], xfl[1:] - xfl[:-1]]) + yfl[:, 1:] - yfl[:, :-1]
     # curvature from i=3: at i=2 only the flux divergence
-    ax = inside(ax, rest=div, i=(3, imm1))
-    advx_new = inside(ax, i=(2, imm1), j=(2, jmm1), k=ks)
+    advx_new = torch.cat([div[:1], div[1:] - aru[span(3, imm1), J, None] * .25
+                          * (curv_new[1:] * D[1:] * (vIJp[1:] + vI[1:])
+                             + curv_new[:-1] * D[:-1] * (vIJp[:-1] + vI[:-1]))])
 
-    # y-component: advective fluxes (xflux on i=2..im, j=2..jm; yflux i=1..im, j=2..jmm1)
-    xadv = inside(.125 * ((D + xm(D)) * u + (ym(D) + xm(ym(D))) * ym(u)) * (v + xm(v)),
-                  i=(2, im), j=(2, jm), k=ks)
-    yadv = inside(.125 * ((yp(D) + D) * yp(v) + (D + ym(D)) * v) * (yp(v) + v),
-                  j=(2, jmm1), k=ks)
-    # diffusive fluxes and face lengths only on i=2..im, j=2..jmm1
-    xfl = inside(.25 * _sum4(dy3) * (xadv - shear),
-                 rest=xadv, i=(2, im), j=(2, jmm1), k=ks)
-    yfl = inside(dx3 * (yadv - D * aam * 2. * (yp(vb) - vb) / dy3),
-                 rest=yadv, i=(2, im), j=(2, jmm1), k=ks)
-    div = xp(xfl) - xfl + yfl - ym(yfl)
-    ay = div + arv3 * .25 * (curv_new * D * (xp(u) + u)
-                             + ym(curv_new) * ym(D) * (ym(xp(u)) + ym(u)))
+    # y-component: xflux on i=2..im, j=2..jm (j=jm without diffusion), yflux
+    # on i=1..im, j=2..jmm1 (i=1 without diffusion; 0 at j=1)
+    xadv = .125 * ((Dc + Dcx) * uc + (Dcy + Dcxy) * ucy) * (vc + vcx)
+    xfl = torch.cat([.25 * sdy[:, :-1] * (xadv - shear)[:, :-1], xadv[:, -1:]], 1)
+    DJ, DJp, vJ, vJp = dt[:, J, None], dt[:, Jp, None], v[:, J, K], v[:, Jp, K]
+    yadv = .125 * ((DJp + DJ) * vJp + (DJ + dt[:, Jm, None]) * vJ) * (vJp + vJ)
+    yfl = torch.cat([yadv[:1], dx[I2, J, None] * (yadv[1:] - DJ[1:] * aam[I2, J, K] * 2.
+                                                  * (vb[I2, Jp, K] - vb[I2, J, K])
+                                                  / dy[I2, J, None])])
+    yflI = yfl[1:-1]
+    div = xfl[1:, :-1] - xfl[:-1, :-1] + yflI
+    div = torch.cat([div[:, :1], div[:, 1:] - yflI[:, :-1]], 1)
     # curvature from j=3: at j=2 only the flux divergence
-    ay = inside(ay, rest=div, j=(3, jmm1))
-    advy_new = inside(ay, i=(2, imm1), j=(2, jmm1), k=ks)
-    return AdvctOut(advx=advx_new, advy=advy_new, xflux=xfl, yflux=yfl, curv=curv_new)
+    advy_new = torch.cat([div[:, :1], div[:, 1:] + arv[I, span(3, jmm1), None] * .25
+                          * (curv_new[:, 1:] * D[:, 1:] * (uIp[:, 1:] + uI[:, 1:])
+                             + curv_new[:, :-1] * D[:, :-1] * (uIp[:, :-1] + uI[:, :-1]))], 1)
+    return AdvctOut(advx=put(0., advx_new, **inner), advy=put(0., advy_new, **inner),
+                    xflux=put(0., xfl, i=(2, im), j=(2, jm), k=(1, kbm1), like=u),
+                    yflux=put(0., yfl, i=(1, im), j=(2, jmm1), k=(1, kbm1), like=u),
+                    curv=put(0., curv_new, **inner))
 
 
 def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tensor,
@@ -106,57 +112,79 @@ def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tenso
     """
     im, jm = d.shape
     imm1, jmm1 = im - 1, jm - 1
-    inner = dict(i=(2, imm1), j=(2, jmm1))
+    # pom2k's ranges: I, J = 2..imm1, 2..jmm1 (advua, advva); I2, J2 = 2..im,
+    # 2..jm (the corner points of tps, the fluxes); Ip/Im, Jp/Jm read at +-1
+    I, Ip, Im = span(2, imm1), span(2, imm1, 1), span(2, imm1, -1)
+    J, Jp, Jm = span(2, jmm1), span(2, jmm1, 1), span(2, jmm1, -1)
+    I2, I2m = span(2, im), span(2, im, -1)
+    J2, J2m = span(2, jm), span(2, jm, -1)
     corner = dict(i=(2, im), j=(2, jm))
 
-    # u-advection and diffusion
-    fua = inside(.125 * ((xp(d) + d) * xp(ua) + (d + xm(d)) * ua) * (xp(ua) + ua),
-                 rest=fluxua, i=(2, imm1), j=(2, jm))
-    fva = inside(.125 * ((d + ym(d)) * va + (xm(d) + xm(ym(d))) * xm(va)) * (ua + ym(ua)),
-                 rest=fluxva, **corner)
-    fua = inside(fua - d * 2. * aam2d * (xp(uab) - uab) / dx, rest=fua, i=(2, imm1), j=(2, jm))
-    tps = inside(.25 * _sum4(d) * (aam2d + ym(aam2d) + xm(aam2d) + xm(ym(aam2d)))
-                 * ((uab - ym(uab)) / _sum4(dy) + (vab - xm(vab)) / _sum4(dx)),
-                 rest=curv2d, **corner)
-    fua = inside(fua * dy, rest=fua, **corner)
-    fva = inside((fva - tps) * .25 * _sum4(dx), rest=fva, **corner)
-    advua_new = inside(fua - xm(fua) + yp(fva) - fva, **inner)
+    # at the corners (i=2..im, j=2..jm): d, dx, dy and their corner sums
+    dc, dcx, dcy, dcxy = d[I2, J2], d[I2m, J2], d[I2, J2m], d[I2m, J2m]
+    uac, uacy, vac, vacx, dxc = ua[I2, J2], ua[I2, J2m], va[I2, J2], va[I2m, J2], dx[I2, J2]
+    sdx = dxc + dx[I2m, J2] + dx[I2, J2m] + dx[I2m, J2m]
+    sdy = dy[I2, J2] + dy[I2m, J2] + dy[I2, J2m] + dy[I2m, J2m]
+    tps = (.25 * (dc + dcx + dcy + dcxy)
+           * (aam2d[I2, J2] + aam2d[I2, J2m] + aam2d[I2m, J2] + aam2d[I2m, J2m])
+           * ((uab[I2, J2] - uab[I2, J2m]) / sdy + (vab[I2, J2] - vab[I2m, J2]) / sdx))
 
-    # v-advection and diffusion
-    fua = inside(.125 * ((d + xm(d)) * ua + (ym(d) + xm(ym(d))) * ym(ua)) * (xm(va) + va),
-                 rest=fua, **corner)
-    fva = inside(.125 * ((yp(d) + d) * yp(va) + (d + ym(d)) * va) * (yp(va) + va),
-                 rest=fva, i=(2, im), j=(2, jmm1))
-    fva = inside(fva - d * 2. * aam2d * (yp(vab) - vab) / dy, rest=fva, i=(2, im), j=(2, jmm1))
-    fva = inside(fva * dx, rest=fva, **corner)
-    fua = inside((fua - tps) * .25 * _sum4(dy), rest=fua, **corner)
-    advva_new = inside(xp(fua) - fua + fva - ym(fva), **inner)
+    # u-advection and diffusion: fluxua on i=2..imm1 (read on j=2..jmm1),
+    # fluxva on the corners
+    dI, uaI, uaIp = d[I, J], ua[I, J], ua[Ip, J]
+    fua = ((.125 * ((d[Ip, J] + dI) * uaIp + (dI + d[Im, J]) * uaI) * (uaIp + uaI)
+            - dI * 2. * aam2d[I, J] * (uab[Ip, J] - uab[I, J]) / dx[I, J]) * dy[I, J])
+    fva = ((.125 * ((dc + dcy) * vac + (dcx + dcxy) * vacx) * (uac + uacy) - tps)
+           * .25 * sdx)
+    # at i-1: fluxua(1,j) is the given value
+    advua_new = (fua - torch.cat([fluxua[:1, J], fua[:-1]])
+                 + fva[:-1, 1:] - fva[:-1, :-1])
 
-    wubot_new, wvbot_new = wubot, wvbot
+    # v-advection and diffusion: fluxua on the corners, fluxva on j=2..jmm1
+    # (fluxva(:,jm) keeps the u-pass flux), both times their face length
+    fua = ((.125 * ((dc + dcx) * uac + (dcy + dcxy) * uacy) * (vacx + vac) - tps)
+           * .25 * sdy)
+    dJ, vaJ, vaJp = d[I2, J], va[I2, J], va[I2, Jp]
+    fvb = (.125 * ((d[I2, Jp] + dJ) * vaJp + (dJ + d[I2, Jm]) * vaJ) * (vaJp + vaJ)
+           - dJ * 2. * aam2d[I2, J] * (vab[I2, Jp] - vab[I2, J]) / dy[I2, J])
+    fva = torch.cat([fvb, fva[:, -1:]], 1) * dxc
+    # at j-1: fluxva(i,1) is the given value
+    advva_new = (fua[1:, :-1] - fua[:-1, :-1] + fva[:-1, :-1]
+                 - torch.cat([fluxva[I, :1], fva[:-1, :-2]], 1))
+
+    fluxua_new = put(fluxua, fua, **corner)
+    fluxva_new = put(fluxva, fva, **corner)
+    curv2d_new = put(curv2d, tps, **corner)
     if mode == 2:
-        wubot_new = inside(-0.5 * (cbc + xm(cbc))
-                           * safe_sqrt(uab ** 2 + (.25 * (vab + yp(vab) + xm(vab)
-                                                          + xm(yp(vab)))) ** 2,
-                                       layer="bottom_drag")
-                           * uab, rest=wubot, **inner)
-        wvbot_new = inside(-0.5 * (cbc + ym(cbc))
-                           * safe_sqrt(vab ** 2 + (.25 * (uab + xp(uab) + ym(uab)
-                                                          + xp(ym(uab)))) ** 2,
-                                       layer="bottom_drag")
-                           * vab, rest=wvbot, **inner)
-        tps = inside(.25 * ((yp(va) + va) * (xp(dy) - xm(dy))
-                            - (xp(ua) + ua) * (yp(dx) - ym(dx))) / (dx * dy),
-                     rest=tps, **inner)
-        advua_new = inside(advua_new - aru * .25
-                           * (tps * d * (yp(va) + va)
-                              + xm(tps) * xm(d) * (xm(yp(va)) + xm(va))),
-                           rest=advua_new, i=(3, imm1), j=(2, jmm1))
-        advva_new = inside(advva_new + arv * .25
-                           * (tps * d * (xp(ua) + ua)
-                              + ym(tps) * ym(d) * (ym(xp(ua)) + ym(ua))),
-                           rest=advva_new, i=(2, imm1), j=(3, jmm1))
-    return AdvaveOut(advua=advua_new, advva=advva_new, fluxua=fua, fluxva=fva,
-                     wubot=wubot_new.clone(), wvbot=wvbot_new.clone(), curv2d=tps)
+        uabI, vabI = uab[I, J], vab[I, J]
+        wubot_new = put(wubot, -0.5 * (cbc[I, J] + cbc[Im, J])
+                        * safe_sqrt(uabI ** 2 + (.25 * (vabI + vab[I, Jp] + vab[Im, J]
+                                                        + vab[Im, Jp])) ** 2,
+                                    layer="bottom_drag")
+                        * uabI, i=(2, imm1), j=(2, jmm1))
+        wvbot_new = put(wvbot, -0.5 * (cbc[I, J] + cbc[I, Jm])
+                        * safe_sqrt(vabI ** 2 + (.25 * (uabI + uab[Ip, J] + uab[I, Jm]
+                                                        + uab[Ip, Jm])) ** 2,
+                                    layer="bottom_drag")
+                        * vabI, i=(2, imm1), j=(2, jmm1))
+        # the curvature (pom2k's tps) on i=2..imm1, j=2..jmm1
+        vaI, vaIJp = va[I, J], va[I, Jp]
+        tps = (.25 * ((vaIJp + vaI) * (dy[Ip, J] - dy[Im, J])
+                      - (uaIp + uaI) * (dx[I, Jp] - dx[I, Jm])) / (dx[I, J] * dy[I, J]))
+        curv2d_new = put(curv2d_new, tps, i=(2, imm1), j=(2, jmm1))
+        # from i=3 (advua) and j=3 (advva): at 2 only the flux divergence
+        advua_new = torch.cat([advua_new[:1], advua_new[1:] - aru[span(3, imm1), J] * .25
+                               * (tps[1:] * dI[1:] * (vaIJp[1:] + vaI[1:])
+                                  + tps[:-1] * dI[:-1] * (vaIJp[:-1] + vaI[:-1]))])
+        advva_new = torch.cat([advva_new[:, :1], advva_new[:, 1:] + arv[I, span(3, jmm1)] * .25
+                               * (tps[:, 1:] * dI[:, 1:] * (uaIp[:, 1:] + uaI[:, 1:])
+                                  + tps[:, :-1] * dI[:, :-1] * (uaIp[:, :-1] + uaI[:, :-1]))], 1)
+    else:
+        wubot_new, wvbot_new = wubot.clone(), wvbot.clone()
+    inner = dict(i=(2, imm1), j=(2, jmm1), like=d)
+    return AdvaveOut(advua=put(0., advua_new, **inner), advva=put(0., advva_new, **inner),
+                     fluxua=fluxua_new, fluxva=fluxva_new,
+                     wubot=wubot_new, wvbot=wvbot_new, curv2d=curv2d_new)
 
 
 def advu(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, ub: Tensor,
@@ -172,19 +200,29 @@ def advu(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
     """
     im, jm, kb = u.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
-    EGF, EGB, EA, COR, DY, ARU = (expand3(a) for a in (egf, egb, e_atmos, cor, dy, aru))
-    zflux = inside(.25 * (w + xm(w)) * (u + zm(u)), i=(2, im), k=(2, kbm1))
-    # dz(kb) = 0: the level kb is not kept, but its quotient must stay finite
-    rhs = (advx + safe_divide((zflux - zp(zflux)) * ARU, levels(dz), layer="advu")
-           - ARU * .25 * (COR * D * (yp(v) + v) + xm(COR) * xm(D) * (xm(yp(v)) + xm(v)))
-           + grav * .125 * (D + xm(D))
-           * (EGF - xm(EGF) + EGB - xm(EGB) + (EA - xm(EA)) * 2.)
-           * (DY + xm(DY))
-           + drhox)
-    new = safe_divide((H + ETB + xm(H) + xm(ETB)) * ARU * ub - 2. * dti2 * rhs,
-                      (H + ETF + xm(H) + xm(ETF)) * ARU, layer="advu")
-    return AdvuOut(uf=inside(new, rest=zflux, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
+    I, Im = span(2, imm1), span(2, imm1, -1)
+    J, Jp = span(2, jmm1), span(2, jmm1, 1)
+    K, Kp = span(1, kbm1), span(1, kbm1, 1)
+    I2, I2m = span(2, im), span(2, im, -1)
+    Kz, Kzm = span(2, kbm1), span(2, kbm1, -1)
+    # the vertical flux on i=2..im, k=2..kbm1 (0 at k=1 and kb)
+    zflux = put(0., .25 * (w[I2, :, Kz] + w[I2m, :, Kz]) * (u[I2, :, Kz] + u[I2, :, Kzm]),
+                i=(2, im), k=(2, kbm1), like=u)
+    D, Dm, COR, ARU = dt[I, J, None], dt[Im, J, None], cor[I, J, None], aru[I, J, None]
+    rhs = (advx[I, J, K] + safe_divide((zflux[I, J, K] - zflux[I, J, Kp]) * ARU, dz[K],
+                                       layer="advu")
+           - ARU * .25 * (COR * D * (v[I, Jp, K] + v[I, J, K])
+                          + cor[Im, J, None] * Dm * (v[Im, Jp, K] + v[Im, J, K]))
+           + grav * .125 * (D + Dm)
+           * (egf[I, J, None] - egf[Im, J, None] + egb[I, J, None] - egb[Im, J, None]
+              + (e_atmos[I, J, None] - e_atmos[Im, J, None]) * 2.)
+           * (dy[I, J, None] + dy[Im, J, None])
+           + drhox[I, J, K])
+    HI, HIm = h[I, J, None], h[Im, J, None]
+    new = safe_divide((HI + etb[I, J, None] + HIm + etb[Im, J, None]) * ARU * ub[I, J, K]
+                      - 2. * dti2 * rhs,
+                      (HI + etf[I, J, None] + HIm + etf[Im, J, None]) * ARU, layer="advu")
+    return AdvuOut(uf=put(zflux, new, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
 
 
 def advv(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, vb: Tensor,
@@ -199,18 +237,29 @@ def advv(grav: float, dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, 
     """
     im, jm, kb = v.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
-    EGF, EGB, EA, COR, DX, ARV = (expand3(a) for a in (egf, egb, e_atmos, cor, dx, arv))
-    zflux = inside(.25 * (w + ym(w)) * (v + zm(v)), j=(2, jm), k=(2, kbm1))
-    rhs = (advy + safe_divide((zflux - zp(zflux)) * ARV, levels(dz), layer="advv")
-           + ARV * .25 * (COR * D * (xp(u) + u) + ym(COR) * ym(D) * (ym(xp(u)) + ym(u)))
-           + grav * .125 * (D + ym(D))
-           * (EGF - ym(EGF) + EGB - ym(EGB) + (EA - ym(EA)) * 2.)
-           * (DX + ym(DX))
-           + drhoy)
-    new = safe_divide((H + ETB + ym(H) + ym(ETB)) * ARV * vb - 2. * dti2 * rhs,
-                      (H + ETF + ym(H) + ym(ETF)) * ARV, layer="advv")
-    return AdvvOut(vf=inside(new, rest=zflux, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
+    I, Ip = span(2, imm1), span(2, imm1, 1)
+    J, Jm = span(2, jmm1), span(2, jmm1, -1)
+    K, Kp = span(1, kbm1), span(1, kbm1, 1)
+    J2, J2m = span(2, jm), span(2, jm, -1)
+    Kz, Kzm = span(2, kbm1), span(2, kbm1, -1)
+    # the vertical flux on j=2..jm, k=2..kbm1 (0 at k=1 and kb)
+    zflux = put(0., .25 * (w[:, J2, Kz] + w[:, J2m, Kz]) * (v[:, J2, Kz] + v[:, J2, Kzm]),
+                j=(2, jm), k=(2, kbm1), like=v)
+    D, Dm, COR, ARV = dt[I, J, None], dt[I, Jm, None], cor[I, J, None], arv[I, J, None]
+    rhs = (advy[I, J, K] + safe_divide((zflux[I, J, K] - zflux[I, J, Kp]) * ARV, dz[K],
+                                       layer="advv")
+           + ARV * .25 * (COR * D * (u[Ip, J, K] + u[I, J, K])
+                          + cor[I, Jm, None] * Dm * (u[Ip, Jm, K] + u[I, Jm, K]))
+           + grav * .125 * (D + Dm)
+           * (egf[I, J, None] - egf[I, Jm, None] + egb[I, J, None] - egb[I, Jm, None]
+              + (e_atmos[I, J, None] - e_atmos[I, Jm, None]) * 2.)
+           * (dx[I, J, None] + dx[I, Jm, None])
+           + drhoy[I, J, K])
+    HJ, HJm = h[I, J, None], h[I, Jm, None]
+    new = safe_divide((HJ + etb[I, J, None] + HJm + etb[I, Jm, None]) * ARV * vb[I, J, K]
+                      - 2. * dti2 * rhs,
+                      (HJ + etf[I, J, None] + HJm + etf[I, Jm, None]) * ARV, layer="advv")
+    return AdvvOut(vf=put(zflux, new, i=(2, imm1), j=(2, jmm1), k=(1, kbm1)))
 
 
 def advq(dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, aam: Tensor, dt: Tensor,
@@ -225,23 +274,34 @@ def advq(dti2: float, dz: Tensor, u: Tensor, v: Tensor, w: Tensor, aam: Tensor, 
     """
     im, jm, kb = q.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    D, H, ETB, ETF = (expand3(a) for a in (dt, h, etb, etf))
-    DX, DY, ART, DUM, DVM = (expand3(a) for a in (dx, dy, art, dum, dvm))
-    xfl = .125 * (q + xm(q)) * (D + xm(D)) * (u + zm(u))
-    yfl = .125 * (q + ym(q)) * (D + ym(D)) * (v + zm(v))
-    xfl = (xfl - .25 * (aam + xm(aam) + zm(aam) + xm(zm(aam)))
-           * (H + xm(H)) * (qb - xm(qb)) * DUM / (DX + xm(DX)))
-    yfl = (yfl - .25 * (aam + ym(aam) + zm(aam) + ym(zm(aam)))
-           * (H + ym(H)) * (qb - ym(qb)) * DVM / (DY + ym(DY)))
+    # the faces: i=2..im, j=2..jm, k=2..kbm1 (I2, J2, K; I2m, J2m at -1, Km at k-1)
+    I2, I2m = span(2, im), span(2, im, -1)
+    J2, J2m = span(2, jm), span(2, jm, -1)
+    K, Km, Kp = span(2, kbm1), span(2, kbm1, -1), span(2, kbm1, 1)
+    qc, Dc, Hc = q[I2, J2, K], dt[I2, J2, None], h[I2, J2, None]
+    aamc, aamk = aam[I2, J2, K], aam[I2, J2, Km]
+    xfl = .125 * (qc + q[I2m, J2, K]) * (Dc + dt[I2m, J2, None]) * (u[I2, J2, K] + u[I2, J2, Km])
+    yfl = .125 * (qc + q[I2, J2m, K]) * (Dc + dt[I2, J2m, None]) * (v[I2, J2, K] + v[I2, J2, Km])
+    qbc = qb[I2, J2, K]
+    dxc, dyc = dx[I2, J2, None], dy[I2, J2, None]
+    dxx, dyx, dxy, dyy = dx[I2m, J2, None], dy[I2m, J2, None], dx[I2, J2m, None], dy[I2, J2m, None]
+    xfl = (xfl - .25 * (aamc + aam[I2m, J2, K] + aamk + aam[I2m, J2, Km])
+           * (Hc + h[I2m, J2, None]) * (qbc - qb[I2m, J2, K]) * dum[I2, J2, None] / (dxc + dxx))
+    yfl = (yfl - .25 * (aamc + aam[I2, J2m, K] + aamk + aam[I2, J2m, Km])
+           * (Hc + h[I2, J2m, None]) * (qbc - qb[I2, J2m, K]) * dvm[I2, J2, None] / (dyc + dyy))
+    xfl = .5 * (dyc + dyx) * xfl
+    yfl = .5 * (dxc + dxy) * yfl
+    # qf on i=2..imm1, j=2..jmm1, k=2..kbm1: the faces' inner part
+    I, J = span(2, imm1), span(2, jmm1)
+    ART, HI = art[I, J, None], h[I, J, None]
+    xflI, yflI = xfl[:, :-1], yfl[:-1]
+    rhs = ((w[I, J, Km] * q[I, J, Km] - w[I, J, Kp] * q[I, J, Kp]) * ART / (dz[K] + dz[Km])
+           + xflI[1:] - xflI[:-1] + yflI[:, 1:] - yflI[:, :-1])
+    new = safe_divide((HI + etb[I, J, None]) * ART * qb[I, J, K] - dti2 * rhs,
+                      (HI + etf[I, J, None]) * ART, layer="advq")
     faces = dict(i=(2, im), j=(2, jm), k=(2, kbm1))
-    xfl = inside(.5 * (DY + xm(DY)) * xfl, rest=xflux, **faces)
-    yfl = inside(.5 * (DX + ym(DX)) * yfl, rest=yflux, **faces)
-    dzs = levels(dz)
-    rhs = ((zm(w) * zm(q) - zp(w) * zp(q)) * ART / (dzs + zm(dzs))
-           + xp(xfl) - xfl + yp(yfl) - yfl)
-    new = safe_divide((H + ETB) * ART * qb - dti2 * rhs, (H + ETF) * ART, layer="advq")
-    qf_new = inside(new, rest=qf, i=(2, imm1), j=(2, jmm1), k=(2, kbm1))
-    return AdvqOut(qf=qf_new, xflux=xfl, yflux=yfl)
+    return AdvqOut(qf=put(qf, new, i=(2, imm1), j=(2, jmm1), k=(2, kbm1)),
+                   xflux=put(xflux, xfl, **faces), yflux=put(yflux, yfl, **faces))
 
 
 def vertvl(dti2: float, dz: Tensor, u: Tensor, v: Tensor, dt: Tensor, dx: Tensor,
@@ -256,18 +316,23 @@ def vertvl(dti2: float, dz: Tensor, u: Tensor, v: Tensor, dt: Tensor, dx: Tensor
     """
     im, jm, kb = u.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
-    D, DX, DY = expand3(dt), expand3(dx), expand3(dy)
-    faces = dict(i=(2, im), j=(2, jm), k=(1, kbm1))
-    xfl = inside(.25 * (DY + xm(DY)) * (D + xm(D)) * u, rest=xflux, **faces)
-    yfl = inside(.25 * (DX + ym(DX)) * (D + ym(D)) * v, rest=yflux, **faces)
-    # per-layer divergence; zero-thickness slab at kb is never used
-    inc = levels(dz) * ((xp(xfl) - xfl + yp(yfl) - yfl) / (DX * DY)
-                        + expand3((etf - etb) / dti2))
+    I2, I2m = span(2, im), span(2, im, -1)
+    J2, J2m = span(2, jm), span(2, jm, -1)
+    K = span(1, kbm1)
+    Dc = dt[I2, J2, None]
+    xfl = .25 * (dy[I2, J2, None] + dy[I2m, J2, None]) * (Dc + dt[I2m, J2, None]) * u[I2, J2, K]
+    yfl = .25 * (dx[I2, J2, None] + dx[I2, J2m, None]) * (Dc + dt[I2, J2m, None]) * v[I2, J2, K]
+    # per-layer divergence on i=2..imm1, j=2..jmm1
+    I, J = span(2, imm1), span(2, jmm1)
+    xflI, yflI = xfl[:, :-1], yfl[:-1]
+    inc = dz[K] * ((xflI[1:] - xflI[:-1] + yflI[:, 1:] - yflI[:, :-1])
+                   / (dx[I, J, None] * dy[I, J, None]) + (etf[I, J, None] - etb[I, J, None]) / dti2)
     # the integral from the surface, in pom2k's order
-    acc = 0.5 * (vfluxb + vfluxf)
+    acc = 0.5 * (vfluxb[I, J] + vfluxf[I, J])
     cols = [acc]
-    for k in range(kbm1):
-        acc = acc + inc[..., k]
+    for inc_k in inc.unbind(Z):          # k = 1..kbm1
+        acc = acc + inc_k
         cols.append(acc)
-    w_new = inside(torch.stack(cols, dim=Z), rest=w, i=(2, imm1), j=(2, jmm1))
-    return VertvlOut(w=w_new, xflux=xfl, yflux=yfl)
+    faces = dict(i=(2, im), j=(2, jm), k=(1, kbm1))
+    return VertvlOut(w=put(w, torch.stack(cols, dim=Z), i=(2, imm1), j=(2, jmm1)),
+                     xflux=put(xflux, xfl, **faces), yflux=put(yflux, yfl, **faces))
