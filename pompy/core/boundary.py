@@ -1,16 +1,20 @@
 """pom2k lateral boundary conditions: bcond(idx), cases 1 to 6.
 
 Tensors are indexed (i, j, k) like the Fortran: ``a[i-1, j-1, k-1]`` is
-``a(i,j,k)``. Boundary rows are assembled with ``torch.cat`` (a new tensor)
-and the upstream switches become ``torch.where``; no input is written.
+``a(i,j,k)``. Boundary values are computed on pom2k's index ranges only
+(views, :func:`pompy.ops.span`) and written into new tensors with
+``torch.cat``, ``torch.where`` (:func:`pompy.ops.inside`) or
+:func:`pompy.ops.put`; the upstream switches become ``torch.where``; no
+input is written.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import X, Y, expand3, inside, over, ym, yp, zm, zp
+from pompy.ops import X, Y, expand3, inside, over, put, span
 from pompy.utils.safety import safe_sqrt
 
 
@@ -71,53 +75,54 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
     im, jm = h.shape
     kb = zz.shape[0]
     kbm1 = kb - 1
+    imm1, jmm1 = im - 1, jm - 1
     if idx == 1:
-        e = _edges(elf, X, elf[1], elf[im - 2])
-        e = _edges(e, Y, e[:, 1], e[:, jm - 2])
+        # i = 1, im from i = 2, imm1; then j = 1, jm from j = 2, jmm1
+        e = torch.cat([elf[span(2, 2)], elf[span(2, imm1)], elf[span(imm1, imm1)]])
+        e = torch.cat([e[:, span(2, 2)], e[:, span(2, jmm1)], e[:, span(jmm1, jmm1)]], 1)
         elf = e * fsm
 
     elif idx == 2:
-        def wave_speed(depth):     # sqrt(grav/h), the radiation condition's
-            return safe_sqrt(over(grav, depth), layer="bcond")
-
-        ua_e = ramp * (uabe + rfe * wave_speed(h[im - 2]) * (el[im - 2] - ele))
-        ua_w = ramp * (uabw - rfw * wave_speed(h[1]) * (el[1] - elw))
-        va_n = ramp * (vabn + rfn * wave_speed(h[:, jm - 2]) * (el[:, jm - 2] - eln))
-        va_s = ramp * (vabs - rfs * wave_speed(h[:, 1]) * (el[:, 1] - els))
-        # east and west (i = 1, 2, im), j = 2..jmm1
-        ua1 = torch.cat([ua_w[None], ua_w[None], uaf[2:im - 1], ua_e[None]])
+        # the radiation condition's wave speeds sqrt(grav/h) one point inside
+        # the east, west, north and south edges, in one pass
+        inner = torch.cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])
+        c_e, c_w, c_n, c_s = safe_sqrt(over(grav, inner), layer="bcond").split((jm, jm, im, im))
+        ua_e = ramp * (uabe + rfe * c_e * (el[im - 2] - ele))
+        ua_w = ramp * (uabw - rfw * c_w * (el[1] - elw))
+        va_n = ramp * (vabn + rfn * c_n * (el[:, jm - 2] - eln))
+        va_s = ramp * (vabs - rfs * c_s * (el[:, 1] - els))
+        # east and west (i = 1, 2, im), j = 2..jmm1; vaf zero at i = 1, im
+        ua1 = torch.cat([ua_w.expand(2, -1), uaf[2:im - 1], ua_e[None]])
         uaf1 = inside(ua1, rest=uaf, j=(2, jm - 1))
-        vaf1 = inside(_edges(vaf, X, torch.zeros_like(ua_e), torch.zeros_like(ua_e)),
-                      rest=vaf, j=(2, jm - 1))
-        # north and south (j = 1, 2, jm), i = 2..imm1
-        va2 = torch.cat([va_s[:, None], va_s[:, None], vaf1[:, 2:jm - 1], va_n[:, None]], 1)
+        vaf1 = inside(F.pad(vaf[1:im - 1], (0, 0, 1, 1)), rest=vaf, j=(2, jm - 1))
+        # north and south (j = 1, 2, jm), i = 2..imm1; uaf zero at j = 1, jm
+        va2 = torch.cat([va_s[:, None].expand(-1, 2), vaf1[:, 2:jm - 1], va_n[:, None]], 1)
         vaf2 = inside(va2, rest=vaf1, i=(2, im - 1))
-        uaf2 = inside(_edges(uaf1, Y, torch.zeros_like(va_n), torch.zeros_like(va_n)),
-                      rest=uaf1, i=(2, im - 1))
+        uaf2 = inside(F.pad(uaf1[:, 1:jm - 1], (1, 1)), rest=uaf1, i=(2, im - 1))
         uaf = uaf2 * dum
         vaf = vaf2 * dvm
 
     elif idx == 3:
-        def smooth(a):  # .25*a(j-1) + .5*a(j) + .25*a(j+1), along j
-            return .25 * ym(a) + .5 * a + .25 * yp(a)
+        J, K = span(2, jmm1), span(1, kbm1)
+        Jm, Jp = span(2, jmm1, -1), span(2, jmm1, 1)
 
-        us = smooth(u)
-        ga = safe_sqrt(h / hmax, layer="bcond")
-        ga_e = ga[im - 1][:, None]
-        ga_w = ga[0][:, None]
-        uf_e = ga_e * us[im - 2] + (1. - ga_e) * us[im - 1]
-        uf_w = ga_w * us[2] + (1. - ga_w) * us[1]
-        zero = torch.zeros_like(uf_e)
-        # written for j = 2..jmm1, k = 1..kbm1
-        uf_b = torch.cat([uf_w[None], uf_w[None], uf[2:im - 1], uf_e[None]])
-        vf_b = _edges(vf, X, zero, zero)
-        uf_b = inside(uf_b, rest=uf, j=(2, jm - 1))
-        vf_b = inside(vf_b, rest=vf, j=(2, jm - 1))
-        uf = inside(uf_b * expand3(dum), rest=uf, k=(1, kbm1))
-        vf = inside(vf_b * expand3(dvm), rest=vf, k=(1, kbm1))
+        def smooth(i):  # .25*u(i,j-1) + .5*u(i,j) + .25*u(i,j+1), j = 2..jmm1, k = 1..kbm1
+            return .25 * u[i - 1, Jm, K] + .5 * u[i - 1, J, K] + .25 * u[i - 1, Jp, K]
+
+        ga_e = safe_sqrt(h[im - 1, J, None] / hmax, layer="bcond")   # i = im, as (j, 1)
+        ga_w = safe_sqrt(h[0, J, None] / hmax, layer="bcond")        # i = 1
+        uf_e = ga_e * smooth(imm1) + (1. - ga_e) * smooth(im)
+        uf_w = ga_w * smooth(3) + (1. - ga_w) * smooth(2)
+        # written for j = 2..jmm1, k = 1..kbm1, then masked on k = 1..kbm1
+        uf_b = put(uf, uf_w, i=(1, 2), j=(2, jmm1), k=(1, kbm1))
+        uf_b = put(uf_b, uf_e, i=(im, im), j=(2, jmm1), k=(1, kbm1))
+        vf_b = put(vf, 0., i=(1, 1), j=(2, jmm1), k=(1, kbm1))
+        vf_b = put(vf_b, 0., i=(im, im), j=(2, jmm1), k=(1, kbm1))
+        uf = put(uf, uf_b[:, :, K] * dum[:, :, None], k=(1, kbm1))
+        vf = put(vf, vf_b[:, :, K] * dvm[:, :, None], k=(1, kbm1))
 
     elif idx == 5:
-        w = inside(w * expand3(fsm), rest=w, k=(1, kbm1))
+        w = put(w, w[:, :, span(1, kbm1)] * fsm[:, :, None], k=(1, kbm1))
 
     elif idx in (4, 6):
         # Courant numbers u1 at the east, west, north and south edges
@@ -128,17 +133,15 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
         if idx == 4:
             # outflow subtracts vertical advection on k = 2..kbm1-1 only,
             # wm*(f(k-1) - f(k+1)) from the point one inside the edge
-            vert = torch.zeros(kb, dtype=torch.bool, device=zz.device)
-            vert[1:kbm1 - 1] = True
-            dzz2 = zm(zz) - zp(zz)  # zz(k-1) - zz(k+1)
-            wm = [.5 * (w2 + zp(w2)) * dti / (dzz2 * dt2[:, None])
+            K, Km, Kp = span(2, kbm1 - 1), span(2, kbm1 - 1, -1), span(2, kbm1 - 1, 1)
+            dzz2 = zz[Km] - zz[Kp]  # zz(k-1) - zz(k+1)
+            wm = [.5 * (w2[:, K] + w2[:, Kp]) * dti / (dzz2 * dt2[:, None])
                   for w2, dt2 in ((w[im - 2], dt[im - 2]), (w[1], dt[1]),
                                   (w[:, jm - 2], dt[:, jm - 2]), (w[:, 1], dt[:, 1]))]
 
-            def vadv(f):
+            def vadv(f):  # on k = 2..kbm1-1, zero at k = 1, kbm1, kb
                 inner = (f[im - 2], f[1], f[:, jm - 2], f[:, 1])
-                return [torch.where(vert, m * (zm(g) - zp(g)), 0.)
-                        for m, g in zip(wm, inner)]
+                return [F.pad(m * (g[:, Km] - g[:, Kp]), (1, 2)) for m, g in zip(wm, inner)]
 
             # inflow relaxes to tb*/sb*; masked by fsm on k = 1..kbm1
             uf, vf = [inside(_upstream(f, old, courant, fb, vadv(f)) * expand3(fsm),

@@ -15,18 +15,19 @@ from torch import Tensor
 
 from pompy.calls import apply
 from pompy.core.stepping import ROUTINES
-from pompy.ops import inside, xm, xp, ym, yp
+from pompy.ops import put, span
 from pompy.utils.safety import safe_divide
 
 
 def _vel_check(vaf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """max |vaf| and pom2k's (imax, jmax): the last point, in Fortran order,
     where it is reached. Tensors: no host synchronisation."""
-    a = vaf.detach().abs().t().reshape(-1)          # Fortran order: i fastest
+    a = vaf.detach().abs()
     vamax = a.max()
-    last = a.numel() - 1 - torch.argmax((torch.flip(a, (0,)) == vamax).to(torch.int32))
-    im = vaf.size(0)
-    return vamax, last % im + 1, last // im + 1
+    # the first maximum in Fortran order (i fastest) read from the end
+    back = torch.argmax((a == vamax).t().flip((0, 1)).to(torch.int32))
+    im, jm = vaf.shape
+    return vamax, im - back % im, jm - back // im
 
 
 class PassKind(NamedTuple):
@@ -58,40 +59,56 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES,
     im, jm = s["h"].shape
     imm1, jmm1 = im - 1, jm - 1
     d, dx, dy, ua, va, art = s["d"], s["dx"], s["dy"], s["ua"], s["va"], s["art"]
-    faces = dict(i=(2, im), j=(2, jm))
-    s["fluxua"] = inside(.25 * (d + xm(d)) * (dy + xm(dy)) * ua, s["fluxua"], **faces)
-    s["fluxva"] = inside(.25 * (d + ym(d)) * (dx + ym(dx)) * va, s["fluxva"], **faces)
+    # Each section reads pom2k's loop ranges as views (pompy.ops.span): I, J
+    # the range, Im (Ip) the range read at i-1 (i+1), Jm, Jp likewise; a view
+    # read more than once is named in capitals (D = d(i,j), Dm = d(i-1,j)).
+    # the fluxes on the faces i = 2..im, j = 2..jm
+    I, Im, J, Jm = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1)
+    D = d[I, J]
+    s["fluxua"] = put(s["fluxua"], .25 * (D + d[Im, J]) * (dy[I, J] + dy[Im, J]) * ua[I, J],
+                      i=(2, im), j=(2, jm))
+    s["fluxva"] = put(s["fluxva"], .25 * (D + d[I, Jm]) * (dx[I, J] + dx[I, Jm]) * va[I, J],
+                      i=(2, im), j=(2, jm))
     fu, fv = s["fluxua"], s["fluxva"]
-    # continuity, with the surface freshwater flux w(1) = vfluxf
-    elf = s["elb"] + p["dte2"] * (-(xp(fu) - fu + yp(fv) - fv) / art
-                                  - s["vfluxf"])
-    s["elf"] = inside(elf, s["elf"], i=(2, imm1), j=(2, jmm1))
+    # continuity, with the surface freshwater flux w(1) = vfluxf; i = 2..imm1, j = 2..jmm1
+    I, Ip, J, Jp = span(2, imm1), span(2, imm1, 1), span(2, jmm1), span(2, jmm1, 1)
+    elf = s["elb"][I, J] + p["dte2"] * (-(fu[Ip, J] - fu[I, J] + fv[I, Jp] - fv[I, J]) / art[I, J]
+                                        - s["vfluxf"][I, J])
+    s["elf"] = put(s["elf"], elf, i=(2, imm1), j=(2, jmm1))
     apply(s, p, "bcond(1)", routines=routines)
     if kind.advave:
         apply(s, p, "advave(tps)", routines=routines)
     el, elb, elf, e_atmos, cor, h = (s[n] for n in ("el", "elb", "elf", "e_atmos", "cor", "h"))
-    uaf = (s["adx2d"] + s["advua"]
-           - s["aru"] * .25 * (cor * d * (yp(va) + va)
-                               + xm(cor) * xm(d) * (xm(yp(va)) + xm(va)))
-           + .25 * grav * (dy + xm(dy)) * (d + xm(d))
-           * ((1.0 - 2.0 * alpha) * (el - xm(el))
-              + alpha * (elb - xm(elb) + elf - xm(elf))
-              + e_atmos - xm(e_atmos))
-           + s["drx2d"] + s["aru"] * (s["wusurf"] - s["wubot"]))
-    uaf = safe_divide((h + elb + xm(h) + xm(elb)) * s["aru"] * s["uab"] - 4.0 * dte * uaf,
-                      (h + elf + xm(h) + xm(elf)) * s["aru"], layer="external_step")
-    s["uaf"] = inside(uaf, s["uaf"], i=(2, im), j=(2, jmm1))
-    vaf = (s["ady2d"] + s["advva"]
-           + s["arv"] * .25 * (cor * d * (xp(ua) + ua)
-                               + ym(cor) * ym(d) * (ym(xp(ua)) + ym(ua)))
-           + .25 * grav * (dx + ym(dx)) * (d + ym(d))
-           * ((1.0 - 2.0 * alpha) * (el - ym(el))
-              + alpha * (elb - ym(elb) + elf - ym(elf))
-              + e_atmos - ym(e_atmos))
-           + s["dry2d"] + s["arv"] * (s["wvsurf"] - s["wvbot"]))
-    vaf = safe_divide((h + elb + ym(h) + ym(elb)) * s["vab"] * s["arv"] - 4.0 * dte * vaf,
-                      (h + elf + ym(h) + ym(elf)) * s["arv"], layer="external_step")
-    s["vaf"] = inside(vaf, s["vaf"], i=(2, imm1), j=(2, jm))
+    # uaf on i = 2..im, j = 2..jmm1
+    I, Im, J, Jp = span(2, im), span(2, im, -1), span(2, jmm1), span(2, jmm1, 1)
+    aru, D, Dm, H, Hm = s["aru"][I, J], d[I, J], d[Im, J], h[I, J], h[Im, J]
+    ELB, ELBm, ELF, ELFm = elb[I, J], elb[Im, J], elf[I, J], elf[Im, J]
+    uaf = (s["adx2d"][I, J] + s["advua"][I, J]
+           - aru * .25 * (cor[I, J] * D * (va[I, Jp] + va[I, J])
+                          + cor[Im, J] * Dm * (va[Im, Jp] + va[Im, J]))
+           + .25 * grav * (dy[I, J] + dy[Im, J]) * (D + Dm)
+           * ((1.0 - 2.0 * alpha) * (el[I, J] - el[Im, J])
+              + alpha * (ELB - ELBm + ELF - ELFm)
+              + e_atmos[I, J] - e_atmos[Im, J])
+           + s["drx2d"][I, J] + aru * (s["wusurf"][I, J] - s["wubot"][I, J]))
+    uaf = safe_divide((H + ELB + Hm + ELBm) * aru * s["uab"][I, J] - 4.0 * dte * uaf,
+                      (H + ELF + Hm + ELFm) * aru, layer="external_step")
+    s["uaf"] = put(s["uaf"], uaf, i=(2, im), j=(2, jmm1))
+    # vaf on i = 2..imm1, j = 2..jm
+    I, Ip, J, Jm = span(2, imm1), span(2, imm1, 1), span(2, jm), span(2, jm, -1)
+    arv, D, Dm, H, Hm = s["arv"][I, J], d[I, J], d[I, Jm], h[I, J], h[I, Jm]
+    ELB, ELBm, ELF, ELFm = elb[I, J], elb[I, Jm], elf[I, J], elf[I, Jm]
+    vaf = (s["ady2d"][I, J] + s["advva"][I, J]
+           + arv * .25 * (cor[I, J] * D * (ua[Ip, J] + ua[I, J])
+                          + cor[I, Jm] * Dm * (ua[Ip, Jm] + ua[I, Jm]))
+           + .25 * grav * (dx[I, J] + dx[I, Jm]) * (D + Dm)
+           * ((1.0 - 2.0 * alpha) * (el[I, J] - el[I, Jm])
+              + alpha * (ELB - ELBm + ELF - ELFm)
+              + e_atmos[I, J] - e_atmos[I, Jm])
+           + s["dry2d"][I, J] + arv * (s["wvsurf"][I, J] - s["wvbot"][I, J]))
+    vaf = safe_divide((H + ELB + Hm + ELBm) * s["vab"][I, J] * arv - 4.0 * dte * vaf,
+                      (H + ELF + Hm + ELFm) * arv, layer="external_step")
+    s["vaf"] = put(s["vaf"], vaf, i=(2, imm1), j=(2, jm))
     apply(s, p, "bcond(2)", routines=routines)
     # etf: the filtered elevation over the last three passes
     if kind.etf == 1:
@@ -116,8 +133,10 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES,
         isp2i = 1.0 / (2.0 * float(isplit))
         dn, uan, van = new["d"], new["ua"], new["va"]
         new["egf"] = s["egf"] + new["el"] * (1.0 / float(isplit))
-        new["utf"] = inside(s["utf"] + uan * (dn + xm(dn)) * isp2i, s["utf"], i=(2, im))
-        new["vtf"] = inside(s["vtf"] + van * (dn + ym(dn)) * isp2i, s["vtf"], j=(2, jm))
+        I, Im, J, Jm = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1)
+        new["utf"] = put(s["utf"], s["utf"][I] + uan[I] * (dn[I] + dn[Im]) * isp2i, i=(2, im))
+        new["vtf"] = put(s["vtf"], s["vtf"][:, J] + van[:, J] * (dn[:, J] + dn[:, Jm]) * isp2i,
+                         j=(2, jm))
     for name, value in new.items():
         s[name] = torch.where(ok, value, s[name])
     return s
@@ -141,8 +160,9 @@ class SplitExplicit:
         d, ua, va = s["d"], s["ua"], s["va"]
         isp2i = 1.0 / (2.0 * float(isplit))
         s["egf"] = s["el"] * (1.0 / float(isplit))
-        s["utf"] = inside(ua * (d + xm(d)) * isp2i, s["utf"], i=(2, im))
-        s["vtf"] = inside(va * (d + ym(d)) * isp2i, s["vtf"], j=(2, jm))
+        I, Im, J, Jm = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1)
+        s["utf"] = put(s["utf"], ua[I] * (d[I] + d[Im]) * isp2i, i=(2, im))
+        s["vtf"] = put(s["vtf"], va[:, J] * (d[:, J] + d[:, Jm]) * isp2i, j=(2, jm))
         return s
 
     def passes(self, p: dict) -> list[PassKind]:
