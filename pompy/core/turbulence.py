@@ -10,8 +10,8 @@ import torch
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import inside, levels, over, xp, yp, zm, zp
-from pompy.core.vertical import frozen
+from pompy.ops import over, put, span
+from pompy.core.vertical import _by_level, _levels_then
 from pompy.utils.safety import safe_divide, safe_reciprocal, safe_sqrt
 
 
@@ -45,106 +45,118 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     im, jm, kb = q2.shape
     imm1, jmm1, kbm1 = im - 1, jm - 1, kb - 1
     inner = dict(k=(2, kbm1))                      # pom2k's k = 2..kbm1 loops
+    K, Km, Kp = span(2, kbm1), span(2, kbm1, -1), span(2, kbm1, 1)
 
     dh = h + etf
-    d3 = dh.unsqueeze(-1)
-    dz3, dzz3 = levels(dz), levels(dzz)
-    dzzm = zm(dzz3)                      # dzz(k-1)
-    a = inside(safe_divide(-dti2 * (zp(kq) + kq + 2.0 * umol) * .5,
-                           dzzm * dz3 * d3 * d3, layer="profq"), a, **inner)   # dz(kb) = 0
-    c = inside(safe_divide(-dti2 * (zm(kq) + kq + 2.0 * umol) * .5,
-                           dzzm * zm(dz3) * d3 * d3, layer="profq"), c, **inner)
+    D = dh[:, :, None]
+    # a, c at k = 2..kbm1 only (slabs of those levels): the sweeps read nothing else
+    kqK = kq[:, :, K]
+    dzzm = dzz[Km]                                 # dzz(k-1)
+    a = safe_divide(-dti2 * (kq[:, :, Kp] + kqK + 2.0 * umol) * .5,
+                    dzzm * dz[K] * D * D, layer="profq")
+    c = safe_divide(-dti2 * (kq[:, :, Km] + kqK + 2.0 * umol) * .5,
+                    dzzm * dz[Km] * D * D, layer="profq")
 
     # surface: wave-breaking energy (Craig & Banner 1994 variant) and length
     # scale (Stacey 1999), i = 1..imm1, j = 1..jmm1; zero on i = im, j = jm
     const1 = (16.6 ** (2.0 / 3.0)) * sef
     ij = dict(i=(1, imm1), j=(1, jmm1))
-    utau2 = safe_sqrt((.5 * (wusurf + xp(wusurf))) ** 2
-                      + (.5 * (wvsurf + yp(wvsurf))) ** 2, layer="profq")
+    I1, I1p, J1, J1p = span(1, imm1), span(1, imm1, 1), span(1, jmm1), span(1, jmm1, 1)
+    utau2 = safe_sqrt((.5 * (wusurf[I1, J1] + wusurf[I1p, J1])) ** 2
+                      + (.5 * (wvsurf[I1, J1] + wvsurf[I1, J1p])) ** 2, layer="profq")
     ee1 = torch.zeros_like(dh)
-    gg1 = inside((15.8 * cbcnst) ** (2.0 / 3.0) * utau2, 0.0, **ij)
-    l0 = inside(surfl * utau2 / grav, 0.0, **ij)
-    ufkb = inside(safe_sqrt((.5 * (wubot + xp(wubot))) ** 2
-                            + (.5 * (wvbot + yp(wvbot))) ** 2, layer="profq") * const1,
-                  uf[:, :, kb - 1], **ij)
+    gg1 = put(0.0, (15.8 * cbcnst) ** (2.0 / 3.0) * utau2, like=dh, **ij)
+    l0 = put(0.0, surfl * utau2 / grav, like=dh, **ij)
+    ufkb = put(uf[:, :, kbm1], safe_sqrt((.5 * (wubot[I1, J1] + wubot[I1p, J1])) ** 2
+                                         + (.5 * (wvbot[I1, J1] + wvbot[I1, J1p])) ** 2,
+                                         layer="profq") * const1, **ij)
 
-    # speed of sound cc (in dtef) at k = 1..kbm1; pressure p in decibars
-    tp = t + tbias
-    sp = s + sbias
-    p = grav * rhoref * (-levels(zz) * h.unsqueeze(-1)) * 1.e-4
+    # speed of sound cc at k = 1..kbm1; pressure p in decibars
+    tp = t[:, :, :kbm1] + tbias
+    sp = s[:, :, :kbm1] + sbias
+    p = grav * rhoref * (-zz[:kbm1] * h[:, :, None]) * 1.e-4
     cc = 1449.1 + .00821 * p + 4.55 * tp - .045 * tp ** 2 + 1.34 * (sp - 35.0)
     cc = cc / safe_sqrt((1.0 - .01642 * p / cc) * (1.0 - 0.40 * p / cc ** 2), layer="profq")
-    cc = inside(cc, dtef, k=(1, kbm1))
 
-    # buoyancy gradient
-    q2b = inside(torch.abs(q2b), q2b, **inner)
-    q2lb = inside(torch.abs(q2lb), q2lb, **inner)
-    h3 = h.unsqueeze(-1)
-    boygr = (grav * (zm(rho) - rho) / (dzzm * h3)
-             + over((grav ** 2) * 2.0, zm(cc) ** 2 + cc ** 2))
+    # buoyancy gradient, k = 2..kbm1 (cc's k = 1..kbm1 are read by the same spans)
+    q2bK = torch.abs(q2b[:, :, K])
+    q2lbK = torch.abs(q2lb[:, :, K])
+    q2b = put(q2b, q2bK, **inner)
+    q2lb = put(q2lb, q2lbK, **inner)
+    cc2 = cc ** 2
+    boygr = (grav * (rho[:, :, Km] - rho[:, :, K]) / (dzzm * h[:, :, None])
+             + over((grav ** 2) * 2.0, cc2[:, :, Km] + cc2[:, :, K]))
 
-    kl0 = (kappa * l0).unsqueeze(-1)
-    lk = torch.abs(q2lb / q2b)
-    lk = torch.where(levels(z) > -0.5, torch.maximum(lk, kl0), lk)
-    gh = torch.clamp((lk ** 2) * boygr / q2b, max=.028)
-    l = torch.cat([kl0, lk[:, :, 1:kbm1], torch.zeros_like(kl0)], 2)  # noqa: E741
-    gh = inside(gh, 0.0, **inner)
+    kl0 = (kappa * l0)[:, :, None]
+    lk = torch.abs(q2lbK / q2bK)
+    lk = torch.where(z[K] > -0.5, torch.maximum(lk, kl0), lk)
+    gh = torch.clamp((lk ** 2) * boygr / q2bK, max=.028)
+    l = torch.cat([kl0, lk, torch.zeros_like(kl0)], 2)  # noqa: E741
+    gh = put(0.0, gh, like=q2, **inner)
 
     # production of turbulent kinetic energy, i = 2..imm1, j = 2..jmm1
-    um, vm = zm(u), zm(v)     # u(k-1), v(k-1)
-    shear = ((u - um + xp(u) - xp(um)) ** 2
-             + (v - vm + yp(v) - yp(vm)) ** 2)
-    prod = (km * .25 * sef * shear / (dzzm * d3) ** 2 - shiw * km * boygr)
-    prod = prod + kh * boygr
-    prod = inside(prod, 0.0, i=(2, imm1), j=(2, jmm1), **inner)
+    # (as a k = 2..kbm1 slab, zero outside those i, j)
+    I, Ip, J, Jp = span(2, imm1), span(2, imm1, 1), span(2, jmm1), span(2, jmm1, 1)
+    shear = ((u[I, J, K] - u[I, J, Km] + u[Ip, J, K] - u[Ip, J, Km]) ** 2
+             + (v[I, J, K] - v[I, J, Km] + v[I, Jp, K] - v[I, Jp, Km]) ** 2)
+    kmK, boygrK = km[I, J, K], boygr[I, J]
+    prod = (kmK * .25 * sef * shear / (dzzm * D[I, J]) ** 2 - shiw * kmK * boygrK)
+    prod = prod + kh[I, J, K] * boygrK
+    prod = put(0.0, prod, like=boygr, i=(2, imm1), j=(2, jmm1))
 
     # dissipation (stf = 1: no Richardson-number correction, as pom2k)
     stf = 1.0
     dtef = safe_sqrt(torch.abs(q2b), layer="profq") * stf / (b1 * l + small)
 
-    # q2: dti2*(kq*q2')' - q2*(2.*dti2*dtef+1.) = -q2b, surface ee1, gg1
-    a, c = frozen(a, c)                            # the deep freeze (pompy.core.vertical)
+    # q2: dti2*(kq*q2')' - q2*(2.*dti2*dtef+1.) = -q2b, surface ee1, gg1;
+    # the sweeps read level k's terms as contiguous planes (pompy.core.vertical);
+    # torch.reciprocal(x) is torch's 1.0 / x (that is reciprocal(x) * 1.0)
+    ak, ck = _by_level(a), _by_level(c)            # the deep freeze
+    dk = _by_level(2.0 * dti2 * dtef[:, :, K] + 1.0)
+    sk = _by_level(-2.0 * dti2 * prod)
+    fk = _by_level(uf[:, :, K])
     eel, ggl = [ee1], [gg1]
-    for k in range(1, kbm1):                       # k = 2..kbm1
-        g = 1.0 / (a[:, :, k] + c[:, :, k] * (1.0 - eel[-1])
-                   - (2.0 * dti2 * dtef[:, :, k] + 1.0))
-        eel.append(a[:, :, k] * g)
-        ggl.append((-2.0 * dti2 * prod[:, :, k] + c[:, :, k] * ggl[-1] - uf[:, :, k]) * g)
-    eel, ggl = frozen(*eel), frozen(*ggl)
+    for k in range(kbm1 - 1):                      # k = 2..kbm1
+        g = torch.reciprocal(ak[k] + ck[k] * (1.0 - eel[-1]) - dk[k])
+        eel.append(ak[k] * g)
+        ggl.append((sk[k] + ck[k] * ggl[-1] - fk[k]) * g)
+    eel, ggl = torch.stack(eel).unbind(), torch.stack(ggl).unbind()   # frozen, in one copy
     ufl = [ufkb]
     for ki in range(kbm1, 0, -1):                  # ki = kbm1..1
         ufl.insert(0, eel[ki - 1] * ufl[0] + ggl[ki - 1])
-    uf = torch.stack(ufl, 2)
 
     # q2l: dti2*(kq*q2l')' - q2l*(dti2*dtef+1.) = -q2lb; the surface
     # values ee(1), gg(1) are those of the q2 equation
-    zl = levels(z)
-    # 1/|z - z(1)| and 1/|z - z(kb)| are infinite at the ends (k = 1, kb), not kept
-    wall = ((safe_reciprocal(torch.abs(zl - z[0]), layer="profq")
-             + safe_reciprocal(torch.abs(zl - z[kb - 1]), layer="profq"))
-            * l / (d3 * kappa))
-    dtef = inside(dtef * (1.0 + e2 * wall ** 2), dtef, **inner)
-    eel, ggl = eel[:1], ggl[:1]
-    for k in range(1, kbm1):                       # k = 2..kbm1
-        g = 1.0 / (a[:, :, k] + c[:, :, k] * (1.0 - eel[-1])
-                   - (dti2 * dtef[:, :, k] + 1.0))
-        eel.append(a[:, :, k] * g)
-        ggl.append((dti2 * (-prod[:, :, k] * l[:, :, k] * e1) + c[:, :, k] * ggl[-1]
-                    - vf[:, :, k]) * g)
-    eel, ggl = frozen(*eel), frozen(*ggl)
+    zK = z[K]
+    # 1/|z - z(1)| and 1/|z - z(kb)| at k = 2..kbm1 (infinite at the ends)
+    wall = ((safe_reciprocal(torch.abs(zK - z[0]), layer="profq")
+             + safe_reciprocal(torch.abs(zK - z[kb - 1]), layer="profq"))
+            * lk / (D * kappa))
+    dtefK = dtef[:, :, K] * (1.0 + e2 * wall ** 2)
+    dtef = put(dtef, dtefK, **inner)
+    dk = _by_level(dti2 * dtefK + 1.0)
+    sk = _by_level(dti2 * (-prod * lk * e1))
+    fk = _by_level(vf[:, :, K])
+    eel, ggl = [eel[0]], [ggl[0]]
+    for k in range(kbm1 - 1):                      # k = 2..kbm1
+        g = torch.reciprocal(ak[k] + ck[k] * (1.0 - eel[-1]) - dk[k])
+        eel.append(ak[k] * g)
+        ggl.append((sk[k] + ck[k] * ggl[-1] - fk[k]) * g)
+    ee_, gg_ = torch.stack(eel), torch.stack(ggl)  # frozen, as (k, i, j) levels 1..kbm1
+    eel, ggl = ee_.unbind(), gg_.unbind()
     vfl = [torch.zeros_like(ufkb)]
     for ki in range(kbm1, 1, -1):                  # ki = kbm1..2
         vfl.insert(0, eel[ki - 1] * vfl[0] + ggl[ki - 1])
-    vf = torch.cat([vf[:, :, :1], torch.stack(vfl, 2)], 2)
-    ee = torch.cat([torch.stack(eel, 2), ee[:, :, kbm1:]], 2)
-    gg = torch.cat([torch.stack(ggl, 2), gg[:, :, kbm1:]], 2)
+    ee, gg = _levels_then(ee_, ee), _levels_then(gg_, gg)
 
     # against the ratio of two small numbers (l = q2l/q2) or either going
-    # negative: pom2k's first option
-    bad = inside((uf <= small) | (vf <= small), False, **inner)
-    dt3 = dt.unsqueeze(-1)
-    uf = torch.where(bad, small, uf)
-    vf = torch.where(bad, 0.1 * dt3 * small, vf)
+    # negative: pom2k's first option, k = 2..kbm1 (as (k, i, j) levels)
+    ufK, vfK = torch.stack(ufl[1:kbm1]), torch.stack(vfl[:-1])
+    bad = (ufK <= small) | (vfK <= small)
+    uf = torch.cat([ufl[0][None], torch.where(bad, small, ufK), ufkb[None]])
+    vf = torch.cat([vf[:, :, :1].permute(2, 0, 1), torch.where(bad, 0.1 * dt * small, vfK),
+                    vfl[-1][None]])
+    uf, vf = uf.permute(1, 2, 0).contiguous(), vf.permute(1, 2, 0).contiguous()
 
     # stability functions sm (in a) and sh (in c); they tend to infinity as
     # gh approaches 0.0288
