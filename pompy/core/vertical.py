@@ -61,7 +61,9 @@ def _by_level(x: Tensor) -> tuple[Tensor, ...]:
     before the back substitution) that nothing else holds, so the recursive
     graph can never see a later update of pom2k's shared work arrays. The
     values are unchanged."""
-    return torch.stack(x.unbind(2)).unbind()
+    if torch.compiler.is_compiling():   # Inductor keeps a stack (a cat) as a buffer, but folds
+        return torch.stack(x.unbind(2)).unbind()   # a clone into the sweep, read at stride kb
+    return x.permute(2, 0, 1).clone(memory_format=torch.contiguous_format).unbind()
 
 
 def _sweep(a: Tensor, c: Tensor, f: Tensor, ee1: Tensor, gg1: Tensor, kend: int,
