@@ -161,9 +161,10 @@ def span(lo: int, hi: int, shift: int = 0) -> slice:
     as a 0-based slice: ``a[span(2, imm1, -1)]`` is a(i-1) for i = 2..imm1.
     The range must lie inside the array: a slice past its end is silently
     shorter (and broadcasts if it shrinks to one), so routines write only
-    ranges pom2k's loops read."""
-    if lo + shift < 1 or hi < lo:
-        raise ValueError(f"span({lo}, {hi}, {shift}) reads before index 1 or is empty")
+    ranges pom2k's loops read. ``hi = lo - 1`` is an empty range, as
+    pom2k's ``do i=3,imm1`` on a grid of im = 3."""
+    if lo + shift < 1 or hi < lo - 1:
+        raise ValueError(f"span({lo}, {hi}, {shift}) reads before index 1 or ends before it starts")
     return slice(lo - 1 + shift, hi + shift)
 
 
