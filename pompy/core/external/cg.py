@@ -42,7 +42,7 @@ from torch import Tensor
 from torch.autograd import forward_ad
 
 from pompy import compat
-from pompy.ops import xm, xp, ym, yp
+from pompy.ops import put, xm, ym
 from pompy.utils.safety import requires_grad
 
 
@@ -50,17 +50,47 @@ class FivePoint(NamedTuple):
     diag: Tensor       # (im, jm)
     cx: Tensor         # (im, jm): face between i-1 and i; 0 unless both cells are active
     cy: Tensor         # (im, jm): face between j-1 and j
-    active: Tensor     # (im, jm) bool: the unknowns
+    active: Tensor     # (im, jm) bool: the unknowns, inside the ring (i = 2..im-1, j = 2..jm-1)
 
     def __matmul__(self, x: Tensor) -> Tensor:
         return apply(self, x)
 
 
+class _Interior(NamedTuple):
+    """A FivePoint's coefficients on the interior i = 2..imm1, j = 2..jmm1
+    (views), each as the stencil reads it: the loop invariants of a solve."""
+    im: int
+    jm: int
+    diag: Tensor       # diag(i,j)
+    cx: Tensor         # cx(i,j)
+    cx_p: Tensor       # cx(i+1,j)
+    cy: Tensor         # cy(i,j)
+    cy_p: Tensor       # cy(i,j+1)
+    active: Tensor     # active(i,j)
+
+
+def _interior(a: FivePoint) -> _Interior:
+    im, jm = a.diag.shape
+    I, J = slice(1, im - 1), slice(1, jm - 1)          # span(2, imm1), span(2, jmm1)
+    return _Interior(im, jm, a.diag[I, J], a.cx[I, J], a.cx[2:im, J], a.cy[I, J], a.cy[I, 2:jm],
+                     a.active[I, J])
+
+
+def _apply(v: _Interior, x: Tensor) -> Tensor:
+    """A x on the interior (pom2k's ranges, as views), x on the boundary ring."""
+    im, jm = v.im, v.jm
+    I, J = slice(1, im - 1), slice(1, jm - 1)          # span(2, imm1), span(2, jmm1)
+    xc = x[I, J]
+    ax = (v.diag * xc - v.cx * x[:im - 2, J] - v.cx_p * x[2:im, J]
+          - v.cy * x[I, :jm - 2] - v.cy_p * x[I, 2:jm])
+    return put(x, torch.where(v.active, ax, xc), i=(2, im - 1), j=(2, jm - 1))
+
+
 def apply(a: FivePoint, x: Tensor) -> Tensor:
-    """A x (the module docstring); the edge placeholders of the shifts meet
-    zero coefficients."""
-    ax = a.diag * x - a.cx * xm(x) - xp(a.cx) * xp(x) - a.cy * ym(x) - yp(a.cy) * yp(x)
-    return torch.where(a.active, ax, x)
+    """A x (the module docstring), computed on the interior i = 2..imm1,
+    j = 2..jmm1 that holds the active cells; the boundary ring is the
+    identity (A x = x)."""
+    return _apply(_interior(a), x)
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
@@ -71,7 +101,8 @@ def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = No
         ) -> tuple[Tensor, Tensor]:
     """Fixed-budget CG with converged entries frozen: (x, |r|/|b|)."""
     x = torch.zeros_like(b) if x is None else x
-    r = b - apply(a, x)
+    v = _interior(a)
+    r = b - _apply(v, x)
     p = r
     rr = _dot(r, r)
     bb = _dot(b, b)
@@ -79,7 +110,7 @@ def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = No
     one = torch.ones_like(rr)
     for _ in range(maxiter):
         going = rr > limit
-        ap = apply(a, p)
+        ap = _apply(v, p)
         pap = _dot(p, ap)
         alpha = torch.where(going, rr / torch.where(pap != 0, pap, one), 0 * one)
         x = x + alpha * p
@@ -160,9 +191,10 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
         limit = tol * tol * bb
         rr = float(_dot(r, r))
         done = 0
+        v = _interior(a)
         while done < maxiter:
             for _ in range(min(check_every, maxiter - done)):
-                ap = apply(a, p)
+                ap = _apply(v, p)
                 pap = _dot(p, ap)
                 alpha = rz / torch.where(pap != 0, pap, torch.ones_like(pap))
                 x = x + alpha * p

@@ -46,35 +46,41 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from pompy.calls import apply
 from pompy.core.external import cg
 from pompy.core.external.split import _vel_check
-from pompy.ops import X, Y, inside, over, xm, xp, ym, yp
+from pompy.ops import X, Y, inside, over, put, span
 from pompy.utils.safety import safe_divide, safe_sqrt
-
-
-def _ring(im: int, jm: int, like: Tensor) -> Tensor:
-    """True on the interior cells i = 2..imm1, j = 2..jmm1."""
-    return inside(torch.ones_like(like, dtype=torch.bool), False, i=(2, im - 1), j=(2, jm - 1))
 
 
 def _explicit_forces(s: dict, p: dict) -> tuple[Tensor, Tensor]:
     """R_u, R_v: pom2k's uaf, vaf right-hand sides without the elevation's
-    gravity term, at time n."""
+    gravity term, at time n, on the faces between interior cells: R_u on
+    i = 3..imm1, j = 2..jmm1, R_v on i = 2..imm1, j = 3..jmm1."""
     d, cor, dx, dy, ua, va = (s[n] for n in ("d", "cor", "dx", "dy", "ua", "va"))
     grav, e_atmos = p["grav"], s["e_atmos"]
-    r_u = (s["adx2d"] + s["advua"]
-           - s["aru"] * .25 * (cor * d * (yp(va) + va)
-                               + xm(cor) * xm(d) * (xm(yp(va)) + xm(va)))
-           + .25 * grav * (dy + xm(dy)) * (d + xm(d)) * (e_atmos - xm(e_atmos))
-           + s["drx2d"] + s["aru"] * (s["wusurf"] - s["wubot"]))
-    r_v = (s["ady2d"] + s["advva"]
-           + s["arv"] * .25 * (cor * d * (xp(ua) + ua)
-                               + ym(cor) * ym(d) * (ym(xp(ua)) + ym(ua)))
-           + .25 * grav * (dx + ym(dx)) * (d + ym(d)) * (e_atmos - ym(e_atmos))
-           + s["dry2d"] + s["arv"] * (s["wvsurf"] - s["wvbot"]))
+    im, jm = d.shape
+    I, Im, Ip = span(2, im - 1), span(2, im - 1, -1), span(2, im - 1, 1)
+    J, Jm, Jp = span(2, jm - 1), span(2, jm - 1, -1), span(2, jm - 1, 1)
+    Iu, Ium = span(3, im - 1), span(3, im - 1, -1)
+    Jv, Jvm = span(3, jm - 1), span(3, jm - 1, -1)
+    aru, d_u, dm_u = s["aru"][Iu, J], d[Iu, J], d[Ium, J]
+    r_u = (s["adx2d"][Iu, J] + s["advua"][Iu, J]
+           - aru * .25 * (cor[Iu, J] * d_u * (va[Iu, Jp] + va[Iu, J])
+                          + cor[Ium, J] * dm_u * (va[Ium, Jp] + va[Ium, J]))
+           + .25 * grav * (dy[Iu, J] + dy[Ium, J]) * (d_u + dm_u)
+           * (e_atmos[Iu, J] - e_atmos[Ium, J])
+           + s["drx2d"][Iu, J] + aru * (s["wusurf"][Iu, J] - s["wubot"][Iu, J]))
+    arv, d_v, dm_v = s["arv"][I, Jv], d[I, Jv], d[I, Jvm]
+    r_v = (s["ady2d"][I, Jv] + s["advva"][I, Jv]
+           + arv * .25 * (cor[I, Jv] * d_v * (ua[Ip, Jv] + ua[I, Jv])
+                          + cor[I, Jvm] * dm_v * (ua[Ip, Jvm] + ua[I, Jvm]))
+           + .25 * grav * (dx[I, Jv] + dx[I, Jvm]) * (d_v + dm_v)
+           * (e_atmos[I, Jv] - e_atmos[I, Jvm])
+           + s["dry2d"][I, Jv] + arv * (s["wvsurf"][I, Jv] - s["wvbot"][I, Jv]))
     return r_u, r_v
 
 
@@ -114,17 +120,21 @@ def _edge_flux(rad: dict, eta: Tensor) -> dict[str, Tensor]:
 
 def _faces(interior_u: Tensor, interior_v: Tensor, edges: dict[str, Tensor], im: int, jm: int
            ) -> tuple[Tensor, Tensor]:
-    """Whole face fields: the interior faces' transports, the boundary rows
-    (i = 2, im; j = 2, jm) from ``edges``, 0 outside."""
-    fu = inside(interior_u, 0.0, i=(3, im - 1), j=(2, jm - 1))
-    fu = torch.cat([fu[:1], edges["w"][None], fu[2:im - 1], edges["e"][None]], X)
-    fv = inside(interior_v, 0.0, i=(2, im - 1), j=(3, jm - 1))
-    fv = torch.cat([fv[:, :1], edges["s"][:, None], fv[:, 2:jm - 1], edges["n"][:, None]], Y)
+    """Whole face fields: the interior faces' transports (given on i =
+    3..imm1, j = 2..jmm1 for u and i = 2..imm1, j = 3..jmm1 for v), the
+    boundary rows (i = 2, im; j = 2, jm) from ``edges``, 0 outside."""
+    fu = torch.cat([torch.zeros_like(edges["w"][None]), edges["w"][None],
+                    F.pad(interior_u, (1, 1)), edges["e"][None]], X)
+    fv = torch.cat([torch.zeros_like(edges["s"][:, None]), edges["s"][:, None],
+                    F.pad(interior_v, (0, 0, 1, 1)), edges["n"][:, None]], Y)
     return fu, fv
 
 
 def _divergence(fu: Tensor, fv: Tensor) -> Tensor:
-    return xp(fu) - fu + yp(fv) - fv
+    """The faces' divergence on the interior i = 2..imm1, j = 2..jmm1."""
+    im, jm = fu.shape
+    I, J = span(2, im - 1), span(2, jm - 1)
+    return fu[span(2, im - 1, 1), J] - fu[I, J] + fv[I, span(2, jm - 1, 1)] - fv[I, J]
 
 
 def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
@@ -139,54 +149,69 @@ def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
     theta, dt, grav = p["theta"], p["dti"], p["grav"]
     im, jm = s["h"].shape
     d, dx, dy, art, el = s["d"], s["dx"], s["dy"], s["art"], s["el"]
-    interior = _ring(im, jm, el) & (s["fsm"] > 0)
+    # the interior cells (I, J), the u faces between two of them (Iu, J),
+    # the v faces (I, Jv); m/p: read at i-1/i+1, j-1/j+1
+    I, Ip = span(2, im - 1), span(2, im - 1, 1)
+    J, Jp = span(2, jm - 1), span(2, jm - 1, 1)
+    Iu, Ium = span(3, im - 1), span(3, im - 1, -1)
+    Jv, Jvm = span(3, jm - 1), span(3, jm - 1, -1)
+    wet = s["fsm"][I, J] > 0
+    interior = put(False, wet, i=(2, im - 1), j=(2, jm - 1), like=el)
     r_u, r_v = _explicit_forces(s, p)
-    g_u = .25 * grav * (dy + xm(dy)) * (d + xm(d))
-    g_v = .25 * grav * (dx + ym(dx)) * (d + ym(d))
-    k_u = safe_divide(dt * .5 * (dy + xm(dy)), s["aru"], layer="external_step")
-    k_v = safe_divide(dt * .5 * (dx + ym(dx)), s["arv"], layer="external_step")
+    dy_u, d_u = dy[Iu, J] + dy[Ium, J], d[Iu, J] + d[Ium, J]
+    dx_v, d_v = dx[I, Jv] + dx[I, Jvm], d[I, Jv] + d[I, Jvm]
+    g_u = .25 * grav * dy_u * d_u
+    g_v = .25 * grav * dx_v * d_v
+    k_u = safe_divide(dt * .5 * dy_u, s["aru"][Iu, J], layer="external_step")
+    k_v = safe_divide(dt * .5 * dx_v, s["arv"][I, Jv], layer="external_step")
     # faces between two unknowns
-    open_u = interior & xm(interior) & (s["dum"] > 0)
-    open_v = interior & ym(interior) & (s["dvm"] > 0)
-    zero = torch.zeros_like(el)
-    f_u = torch.where(open_u, .25 * (d + xm(d)) * (dy + xm(dy)) * s["ua"], zero)
-    f_v = torch.where(open_v, .25 * (d + ym(d)) * (dx + ym(dx)) * s["va"], zero)
+    open_u = interior[Iu, J] & interior[Ium, J] & (s["dum"][Iu, J] > 0)
+    open_v = interior[I, Jv] & interior[I, Jvm] & (s["dvm"][I, Jv] > 0)
+    f_u = torch.where(open_u, .25 * d_u * dy_u * s["ua"][Iu, J], 0.)
+    f_v = torch.where(open_v, .25 * d_v * dx_v * s["va"][I, Jv], 0.)
     rad = _radiation(s, p)
     old_u, old_v = _faces(f_u, f_v, _edge_flux(rad, el), im, jm)
-    star_u = torch.where(open_u, f_u - k_u * (r_u + (1 - theta) * g_u * (el - xm(el))), zero)
-    star_v = torch.where(open_v, f_v - k_v * (r_v + (1 - theta) * g_v * (el - ym(el))), zero)
-    c_u = torch.where(open_u, theta * theta * dt * k_u * g_u, zero)
-    c_v = torch.where(open_v, theta * theta * dt * k_v * g_v, zero)
-    radiating = _edge_b(rad, im, jm, zero)
-    diag = art + c_u + xp(c_u) + c_v + yp(c_v) + theta * dt * radiating
+    star_u = torch.where(open_u, f_u - k_u * (r_u + (1 - theta) * g_u
+                                              * (el[Iu, J] - el[Ium, J])), 0.)
+    star_v = torch.where(open_v, f_v - k_v * (r_v + (1 - theta) * g_v
+                                              * (el[I, Jv] - el[I, Jvm])), 0.)
+    c_u = put(0., torch.where(open_u, theta * theta * dt * k_u * g_u, 0.), i=(3, im - 1),
+              j=(2, jm - 1), like=el)
+    c_v = put(0., torch.where(open_v, theta * theta * dt * k_v * g_v, 0.), i=(2, im - 1),
+              j=(3, jm - 1), like=el)
+    radiating = _edge_b(rad, im, jm, torch.zeros_like(el))
+    art_i = art[I, J]
+    diag = (art_i + c_u[I, J] + c_u[Ip, J] + c_v[I, J] + c_v[I, Jp]
+            + theta * dt * radiating[I, J])
     edge_a = _edge_flux({e: (a, torch.zeros_like(b)) for e, (a, b) in rad.items()}, el)
     a_u, a_v = _faces(star_u, star_v, edge_a, im, jm)
-    rhs = (art * el - dt * (1 - theta) * _divergence(old_u, old_v)
-           - dt * theta * _divergence(a_u, a_v) - dt * art * s["vfluxf"])
-    rhs = torch.where(interior, rhs, zero)
-    a = cg.FivePoint(torch.where(interior, diag, torch.ones_like(diag)), c_u, c_v, interior)
+    rhs = (art_i * el[I, J] - dt * (1 - theta) * _divergence(old_u, old_v)
+           - dt * theta * _divergence(a_u, a_v) - dt * art_i * s["vfluxf"][I, J])
+    rhs = put(0., torch.where(wet, rhs, 0.), i=(2, im - 1), j=(2, jm - 1), like=el)
+    a = cg.FivePoint(put(1., torch.where(wet, diag, 1.), i=(2, im - 1), j=(2, jm - 1), like=el),
+                     c_u, c_v, interior)
     solved, residual = solver(a, rhs, p["cg_tol"], p["cg_maxiter"])
     # the transports of the solved elevation, then continuity (2) itself
-    new_u = torch.where(open_u, star_u - theta * k_u * g_u * (solved - xm(solved)), zero)
-    new_v = torch.where(open_v, star_v - theta * k_v * g_v * (solved - ym(solved)), zero)
+    new_u = torch.where(open_u, star_u - theta * k_u * g_u * (solved[Iu, J] - solved[Ium, J]), 0.)
+    new_v = torch.where(open_v, star_v - theta * k_v * g_v * (solved[I, Jv] - solved[I, Jvm]), 0.)
     flux_u, flux_v = _faces(new_u, new_v, _edge_flux(rad, solved), im, jm)
     mean_u = theta * flux_u + (1 - theta) * old_u
     mean_v = theta * flux_v + (1 - theta) * old_v
-    elf = el - dt * (_divergence(mean_u, mean_v) / art + s["vfluxf"])
-    s["elf"] = torch.where(interior, elf, zero)
+    elf = el[I, J] - dt * (_divergence(mean_u, mean_v) / art_i + s["vfluxf"][I, J])
+    s["elf"] = put(0., torch.where(wet, elf, 0.), i=(2, im - 1), j=(2, jm - 1), like=el)
     apply(s, p, "bcond(1)", routines=routines)
     elf = s["elf"]
     dn = s["h"] + elf
-    dyu, dxv = .5 * (dy + xm(dy)), .5 * (dx + ym(dx))
-    uaf = safe_divide(flux_u, dyu * .5 * (dn + xm(dn)), layer="external_step")
-    vaf = safe_divide(flux_v, dxv * .5 * (dn + ym(dn)), layer="external_step")
-    # bcond 2's copies: uaf(1,j) = uaf(2,j), vaf(i,1) = vaf(i,2)
-    uaf = torch.cat([uaf[1:2], uaf[1:]], X)
-    vaf = torch.cat([vaf[:, 1:2], vaf[:, 1:]], Y)
+    # i = 2..im (j = 2..jm for v): bcond 2 copies uaf(1,j) = uaf(2,j), vaf(i,1) = vaf(i,2)
+    dyu, dxv = .5 * (dy[1:] + dy[:-1]), .5 * (dx[:, 1:] + dx[:, :-1])
+    uaf = safe_divide(flux_u[1:], dyu * .5 * (dn[1:] + dn[:-1]), layer="external_step")
+    vaf = safe_divide(flux_v[:, 1:], dxv * .5 * (dn[:, 1:] + dn[:, :-1]), layer="external_step")
+    uaf = torch.cat([uaf[:1], uaf], X)
+    vaf = torch.cat([vaf[:, :1], vaf], Y)
     s["uaf"], s["vaf"] = uaf * s["dum"], vaf * s["dvm"]
     s["vamax"], s["imax"], s["jmax"] = _vel_check(s["vaf"])
-    s["utf"] = inside(safe_divide(mean_u, dyu, layer="external_step"), s["utf"], i=(2, im))
-    s["vtf"] = inside(safe_divide(mean_v, dxv, layer="external_step"), s["vtf"], j=(2, jm))
+    s["utf"] = put(s["utf"], safe_divide(mean_u[1:], dyu, layer="external_step"), i=(2, im))
+    s["vtf"] = put(s["vtf"], safe_divide(mean_v[:, 1:], dxv, layer="external_step"), j=(2, jm))
     s["egf"] = theta * elf + (1 - theta) * el
     s["etf"] = elf * s["fsm"]
     s["fluxua"], s["fluxva"] = flux_u, flux_v
