@@ -29,7 +29,7 @@ from pompy.calls import apply, outputs
 from pompy.core import advection, boundary, density, grid, problems, tracers, turbulence, vertical
 from pompy.core.file2ic import file2ic
 from pompy.core.viscosity import smagorinsky
-from pompy.ops import expand3, inside, over, put, span, sqrt_rn, xm, yp
+from pompy.ops import inside, over, put, span, sqrt_rn, xm, yp
 from pompy.utils.safety import safe_divide
 
 

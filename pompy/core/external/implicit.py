@@ -63,8 +63,8 @@ def _explicit_forces(s: dict, p: dict) -> tuple[Tensor, Tensor]:
     d, cor, dx, dy, ua, va = (s[n] for n in ("d", "cor", "dx", "dy", "ua", "va"))
     grav, e_atmos = p["grav"], s["e_atmos"]
     im, jm = d.shape
-    I, Im, Ip = span(2, im - 1), span(2, im - 1, -1), span(2, im - 1, 1)
-    J, Jm, Jp = span(2, jm - 1), span(2, jm - 1, -1), span(2, jm - 1, 1)
+    I, Ip = span(2, im - 1), span(2, im - 1, 1)
+    J, Jp = span(2, jm - 1), span(2, jm - 1, 1)
     Iu, Ium = span(3, im - 1), span(3, im - 1, -1)
     Jv, Jvm = span(3, jm - 1), span(3, jm - 1, -1)
     aru, d_u, dm_u = s["aru"][Iu, J], d[Iu, J], d[Ium, J]
