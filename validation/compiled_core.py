@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from benchmark import (WARMUP, grid_config, largest_difference, load, refuse, run,  # noqa: E402
-                       time_oracle)
+from benchmark import (WARMUP, Oracle, grid_config, largest_difference, load, refuse,  # noqa: E402
+                       run)
 
 from pompy.autodiff.policies import GradientPolicy, GradientPolicyConfig  # noqa: E402
 from pompy.core.explicit import ExplicitCore  # noqa: E402
@@ -57,7 +57,7 @@ def child(grid: str, steps: int, dtype: torch.dtype) -> dict:
     eager_step = run(eager, steps, "cpu")
     worst, where = largest_difference(compiled.state, eager.state, tuple(eager.state))
     return dict(warmup=warmup, ms=per_step * 1e3, eager_ms=eager_step * 1e3,
-                oracle_ms=time_oracle(config, steps) * 1e3, worst=worst, field=where,
+                oracle_ms=Oracle(config).time(steps) * 1e3, worst=worst, field=where,
                 graphs=len(compiled.graphs._graphs), load=load())
 
 
