@@ -58,6 +58,17 @@ def torch_run(config, steps, state=None, **kw):
     return core
 
 
+def _assert_oracle_bit_for_bit(config, steps: int, label: str) -> None:
+    """Set-up and ``steps`` steps of the torch core with pom2k's elementary
+    functions (fortran_math) against the oracle's: every variable equal."""
+    want = new_state(config)
+    with fortran_math():
+        got = torch_run(config, steps).numpy_state()
+    run_steps(want, config, 1, steps)
+    errors = assert_fields_close(got, want, 1e-10, names=list(variables.VARIABLES), label=label)
+    assert max(errors.values()) == 0.0, {n: e for n, e in errors.items() if e}
+
+
 CASES = [pytest.param(small_seamount, m, n, id=f"seamount-mode{m}-nadv{n}")
          for m, n in ((2, 1), (3, 1), (3, 2), (4, 1))]
 CASES += [pytest.param(box, m, n, id=f"box-mode{m}-nadv{n}") for m, n in ((2, 1), (3, 1), (3, 2), (4, 2))]
@@ -68,14 +79,7 @@ def test_240_steps_match_the_oracle(oracle, make, mode, nadv):
     """With pom2k's elementary functions (fortran_math) the torch core is the
     oracle's algorithm to the last bit: set-up and 240 steps, every variable
     equal."""
-    config = make(mode=mode, nadv=nadv)
-    want = new_state(config)
-    with fortran_math():
-        got = torch_run(config, 240).numpy_state()
-    run_steps(want, config, 1, 240)
-    errors = assert_fields_close(got, want, 1e-10, names=list(variables.VARIABLES),
-                                 label=f"mode {mode} nadv {nadv}")
-    assert max(errors.values()) == 0.0, {n: e for n, e in errors.items() if e}
+    _assert_oracle_bit_for_bit(make(mode=mode, nadv=nadv), 240, f"mode {mode} nadv {nadv}")
 
 
 @pytest.mark.parametrize("im, jm, kb", [(3, 3, 6), (4, 3, 5), (3, 5, 4)])
@@ -85,13 +89,7 @@ def test_the_smallest_grids_match_the_oracle(oracle, im, jm, kb):
     routines' ranges must skip as the Fortran does, to the last bit."""
     config = dataclasses.replace(load_config(CONFIGS / "seamount.nml"), im=im, jm=jm, kb=kb,
                                  kl1=2, kl2=max(kb - 2, 3))
-    want = new_state(config)
-    with fortran_math():
-        got = torch_run(config, 12).numpy_state()
-    run_steps(want, config, 1, 12)
-    errors = assert_fields_close(got, want, 1e-10, names=list(variables.VARIABLES),
-                                 label=f"{im}x{jm}x{kb}")
-    assert max(errors.values()) == 0.0, {n: e for n, e in errors.items() if e}
+    _assert_oracle_bit_for_bit(config, 12, f"{im}x{jm}x{kb}")
 
 
 def test_240_steps_with_torch_pow_stay_close_to_the_oracle(oracle):
