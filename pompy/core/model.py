@@ -118,18 +118,24 @@ def _checkpointed(fn: Callable) -> Callable:
 
 class _Recomputed(torch.autograd.Function):
     """A reentrant checkpoint: ``run(*inputs)``, a tuple of new tensors, runs
-    in the forward pass with its graph dropped at once (the node keeps the
-    inputs, nothing else) and again in the backward pass, which then
-    backpropagates through it. Both passes run with gradients on, as a run
-    without checkpoints does (the implicit core's CG picks its solver by
-    whether a gradient flows). ``run`` must give the same outputs both
-    times: its parameters are fixed when it is made."""
+    in the forward pass (the node keeps the inputs, nothing else) and again
+    in the backward pass, which then backpropagates through it. ``run`` must
+    give the same outputs both times: its parameters are fixed when it is
+    made. The backward's run records a graph; the forward's runs without
+    one where ``unrecorded`` (its outputs do not depend on whether autograd
+    records: not so for the implicit core, whose CG picks its solver by
+    whether a gradient flows, nor for compiled steps, which serve a step
+    only when it is not recorded), else with gradients on, as a run without
+    checkpoints does, its graph dropped at once."""
 
     @staticmethod
-    def forward(ctx, run, *inputs):
+    def forward(ctx, run, unrecorded, *inputs):
         ctx.run = run
         ctx.save_for_backward(*inputs)
         ctx.set_materialize_grads(False)
+        if unrecorded:         # (autograd.Function's forward runs with gradients off)
+            # which outputs a gradient reaches only a graph would tell: all may
+            return tuple(t.detach() for t in run(*inputs))
         run = _Recomputed.rerun(ctx, inputs)[1]
         outputs = tuple(t.detach() for t in run)
         # outputs no gradient reaches (forcing, ...) stay so: no graph for them downstream
@@ -140,7 +146,7 @@ class _Recomputed(torch.autograd.Function):
     def rerun(ctx, inputs) -> tuple[list, tuple]:
         """Leaves standing for the inputs (requiring grad as they do) and
         ``run``'s outputs from them, with their graph."""
-        leaves = [x.detach().requires_grad_(need) for x, need in zip(inputs, ctx.needs_input_grad[1:])]
+        leaves = [x.detach().requires_grad_(need) for x, need in zip(inputs, ctx.needs_input_grad[2:])]
         with torch.enable_grad():
             return leaves, ctx.run(*leaves)
 
@@ -151,7 +157,7 @@ class _Recomputed(torch.autograd.Function):
         wanted = [x for x in inputs if x.requires_grad]
         got = iter(torch.autograd.grad([o for o, _ in used], wanted, [g for _, g in used],
                                        allow_unused=True) if used and wanted else [])
-        return (None, *(next(got, None) if x.requires_grad else None for x in inputs))
+        return (None, None, *(next(got, None) if x.requires_grad else None for x in inputs))
 
 
 _PARAM = "param:"          # a parameter among a recomputed step's inputs
@@ -169,7 +175,8 @@ class _Stopped(Exception):
     the segment again step by step, to stop as a single step does)."""
 
 
-def _recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, ...]) -> dict:
+def _recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, ...],
+                unrecorded: bool) -> dict:
     """``run(state)`` (a state dict to the next) as a :class:`_Recomputed`
     of the fields ``names`` of ``state``: what run gives back new (not one
     of its inputs), with a graph node that keeps only those inputs."""
@@ -182,7 +189,7 @@ def _recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, .
             new.extend(n for n, t in out.items() if t is not given.get(n))
         return tuple(out[n] for n in new)
 
-    outputs = _Recomputed.apply(fields, *(state[n] for n in names))
+    outputs = _Recomputed.apply(fields, unrecorded, *(state[n] for n in names))
     return dict(zip(new, outputs))
 
 
@@ -536,6 +543,12 @@ class Core:
         gradients on, no forward-mode tangent)."""
         return self.checkpoint == "steps" and torch.is_grad_enabled() and not _traced(state)
 
+    def _unrecorded(self) -> bool:
+        """Whether a step gives the same outputs whether autograd records it
+        or not, so that a checkpoint's forward pass can skip the graph
+        (_Recomputed): the explicit core's eager steps."""
+        return self.graphs is None and getattr(self.external, "same_unrecorded", False)
+
     def _zero_work(self) -> dict:
         """pom2k's work arrays as a checkpointed step starts them: zero, as
         load_state and restore give them (one set per core, never written)."""
@@ -563,7 +576,8 @@ class Core:
             info[:] = rest
             return s
         inputs = {**state, **{_PARAM + k: v for k, v in params.items()}}
-        return ({**state, **_recomputed(run, inputs, CARRIED + tuple(_PARAM + k for k in params))},
+        return ({**state, **_recomputed(run, inputs, CARRIED + tuple(_PARAM + k for k in params),
+                                        self._unrecorded())},
                 *info)
 
     def step(self, iint: int) -> None:
@@ -620,7 +634,7 @@ class Core:
         inputs = {**good, **{_PARAM + k: v for k, v in params.items()}}
         try:
             new = _recomputed(lambda given: run({**self._zero_work(), **given}), inputs,
-                              CARRIED + tuple(_PARAM + k for k in params))
+                              CARRIED + tuple(_PARAM + k for k in params), self._unrecorded())
         except _Stopped:
             for iint in range(first, last + 1):
                 self.step(iint)

@@ -151,6 +151,8 @@ class SplitExplicit:
     core_name = "explicit"
     checked_field = "vaf"
     step = staticmethod(external_step)
+    # the same outputs whether autograd records a pass or not (Core._unrecorded)
+    same_unrecorded = True
 
     def begin(self, s: dict, p: dict) -> dict:
         """The sums before the first pass: egf, utf, vtf from time level n."""
