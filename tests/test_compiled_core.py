@@ -185,6 +185,37 @@ def test_gradients_through_compiled_steps_equal_eager(monkeypatch, checkpoint):
         assert torch.equal(core.state[name], eager.state[name]), name
 
 
+@pytest.mark.parametrize("checkpoint", [None, "steps"])
+def test_recorded_steps_compile_one_graph_of_each_kind(graphs_made, checkpoint):
+    """Over the first recorded steps the gradient reaches the state field by
+    field, and Dynamo guards on each input's requires_grad: every field a
+    step may compute takes a gradient in a recorded graph from the start
+    (StepGraphs.promoted), so four recorded steps from el and t make one
+    graph of each kind (terms, two kinds of pass runs, the internal step;
+    without it 13 here, 15 with checkpoints), and the gradient is eager's
+    to the last bit."""
+    config = tiny()
+    policies = GradientPolicyConfig(override=GradientPolicy.PROJECT)
+
+    def gradient(compile):
+        core = ExplicitCore(config, compile=compile, policies=policies, checkpoint=checkpoint)
+        with torch.no_grad():
+            stepped(core, 2)
+        made = len(graphs_made)
+        el0, t0 = (core.el.clone().requires_grad_(True), core.t.clone().requires_grad_(True))
+        core.el, core.t = el0, t0
+        core.iend = 6
+        core.run_time_loop()
+        (core.u.square().sum() + core.el.sum()).backward()
+        return len(graphs_made) - made, el0.grad, t0.grad
+
+    made, *got = gradient(True)
+    assert made == 4
+    _, *want = gradient(False)
+    for g, w in zip(got, want):
+        assert w.abs().max() > 0 and torch.equal(g, w)
+
+
 def test_recorded_steps_of_the_implicit_scheme_run_eagerly():
     """Its elevation solve (an autograd.Function with a jvp) and the
     reference CG's residual reads would break its graphs."""
