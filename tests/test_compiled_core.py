@@ -190,10 +190,10 @@ def test_recorded_steps_compile_one_graph_of_each_kind(graphs_made, checkpoint):
     """Over the first recorded steps the gradient reaches the state field by
     field, and Dynamo guards on each input's requires_grad: every field a
     step may compute takes a gradient in a recorded graph from the start
-    (StepGraphs.promoted), so four recorded steps from el and t make one
-    graph of each kind (terms, two kinds of pass runs, the internal step;
-    without it 13 here, 15 with checkpoints), and the gradient is eager's
-    to the last bit."""
+    (pompy.core.compiled._promoted), so four recorded steps from el and t
+    make one graph of each kind (terms, two kinds of pass runs, the
+    internal step; without it 13 here, 15 with checkpoints), and the
+    gradient is eager's to the last bit."""
     config = tiny()
     policies = GradientPolicyConfig(override=GradientPolicy.PROJECT)
 

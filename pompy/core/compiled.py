@@ -74,9 +74,25 @@ _ITEM_BREAK = "Graph break from `Tensor.item()`"
 _DYNAMO_TENSOR_LOG = logging.getLogger("torch._dynamo.variables.tensor")
 # the fields a step may compute from the state (forcing too: wtsurf from t):
 # in a recorded graph they take a gradient from the first recorded step on
-# (StepGraphs.promoted); the grid and the boundary values only if given one
+# (_promoted); the grid and the boundary values only where a user gives one,
+# which they then keep every step
 _DYNAMIC = frozenset(variables.names("prognostic") + variables.names("diagnostic")
                      + variables.names("work") + variables.names("forcing"))
+
+
+def _promoted(names: tuple, inputs: tuple) -> tuple:
+    """A recorded graph's inputs with every field of _DYNAMIC requiring grad
+    (a fresh leaf, its gradient dropped, where it does not): Dynamo guards
+    on each input's requires_grad, and over the first recorded steps the
+    gradient reaches the state field by field, so each step compiled
+    forward and backward graphs of its own (at 65x49x21, from el and t: 4
+    versions of the 3-D terms' graph, 5 of the passes', 4 of the internal
+    one's; on 2 cores the first two recorded steps took 25 minutes, and
+    more followed) before the steady state's; now one of each, all
+    compiled in 11 minutes."""
+    return tuple(t.detach().requires_grad_() if i < len(names) and names[i] in _DYNAMIC
+                 and not t.requires_grad and t.is_floating_point() else t
+                 for i, t in enumerate(inputs))
 
 
 def _without_item_break(record: logging.LogRecord) -> bool:
@@ -98,8 +114,6 @@ class StepGraphs:
     def __init__(self, core):
         self.core = core
         self._graphs: dict[Hashable, Callable] = {}
-        # the state's fields that take a gradient in a recorded graph (promoted)
-        self._graded: set[str] = set(_DYNAMIC)
 
     def records_gradients(self) -> bool:
         """Whether the graphs may serve a step autograd records: where every
@@ -150,7 +164,7 @@ class StepGraphs:
         recording = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
         graph = self._graph(key, fn, names, p, recording)
         if recording:
-            inputs = self.promoted(names, inputs)
+            inputs = _promoted(names, inputs)
         else:                   # a tensor left requiring grad by a recorded step: no new version
             inputs = tuple(t.detach() for t in inputs)
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
@@ -158,28 +172,9 @@ class StepGraphs:
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
             _DYNAMO_TENSOR_LOG.addFilter(_without_item_break)
             try:
-                out = dict(graph(*inputs))
+                return dict(graph(*inputs))
             finally:
                 _DYNAMO_TENSOR_LOG.removeFilter(_without_item_break)
-        if recording:
-            self._graded.update(n for n, v in out.items() if torch.is_tensor(v) and v.requires_grad)
-        return out
-
-    def promoted(self, names: tuple, inputs: tuple) -> tuple:
-        """A recorded graph's inputs with every field of ``_graded`` requiring
-        grad (a fresh leaf, its gradient dropped, where it does not): Dynamo
-        guards on each input's requires_grad, and over the first recorded
-        steps the gradient reaches the state field by field, so each step
-        compiled forward and backward graphs of its own (at 65x49x21, from
-        el and t: 4 versions of the 3-D terms' graph, 5 of the passes', 4 of
-        the internal one's; on 2 cores the first two recorded steps took 25
-        minutes, and more followed) before the steady state's; now one of
-        each, all compiled in 11 minutes. A field that takes a gradient once
-        (a boundary value a user learns) takes one from then on."""
-        graded = self._graded
-        return tuple(t.detach().requires_grad_() if i < len(names) and names[i] in graded
-                     and not t.requires_grad and t.is_floating_point() else t
-                     for i, t in enumerate(inputs))
 
     def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
         core, part = self.core, self.core.external
