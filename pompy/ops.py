@@ -32,6 +32,8 @@ neighbour operators (the same bits).
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -223,6 +225,26 @@ def levels(a: torch.Tensor) -> torch.Tensor:
 _SQRT_EXACT = {torch.float64: (2.0 ** -960, 2.0 ** 1020), torch.float32: (2.0 ** -100, 2.0 ** 125)}
 
 
+# True while pompy.core.compiled traces a graph for Inductor on the CPU,
+# whose C++ kernels take the hardware's sqrt (IEEE, correctly rounded: equal
+# to numpy's, tests/test_ops.py); set by hardware_sqrt, read (and guarded
+# on by Dynamo) where sqrt_rn is traced
+_HARDWARE_SQRT = False
+
+
+@contextlib.contextmanager
+def hardware_sqrt(on: bool = True):
+    """sqrt_rn as one torch.sqrt in the graphs traced inside: for a backend
+    whose CPU sqrt is rounded already (Inductor's), where the Newton step
+    would only repeat it (some 30 vector operations a value)."""
+    global _HARDWARE_SQRT
+    before, _HARDWARE_SQRT = _HARDWARE_SQRT, on
+    try:
+        yield
+    finally:
+        _HARDWARE_SQRT = before
+
+
 def sqrt_rn(x: Tensor) -> Tensor:
     """sqrt correctly rounded, as the Fortran's (IEEE) sqrt.
 
@@ -232,7 +254,10 @@ def sqrt_rn(x: Tensor) -> Tensor:
     showed up as 3e-13 in sh. One Newton step with the residual x - s*s
     computed exactly (Dekker's product) restores the rounded value. A CPU
     tensor outside autograd takes numpy's sqrt (the hardware's, correctly
-    rounded) where that gives the same bits: one call instead of twenty."""
+    rounded) where that gives the same bits: one call instead of twenty; a
+    graph traced under :func:`hardware_sqrt`, torch.sqrt alone."""
+    if _HARDWARE_SQRT and torch.compiler.is_compiling() and x.device.type == "cpu":
+        return torch.sqrt(x)
     fast = _sqrt_numpy(x)
     if fast is not None:
         return fast

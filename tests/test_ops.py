@@ -131,6 +131,53 @@ def test_sqrt_rn_is_correctly_rounded():
     assert np.array_equal(ops.sqrt_rn(x32).numpy(), np.sqrt(x32.numpy()))
 
 
+def _sqrt_values(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.exp(torch.randn(100003, generator=g, dtype=torch.float64) * 20).to(dtype)
+    return torch.cat([x, torch.tensor([0.0, 2.0 ** -1000, float("inf")]).to(dtype)])
+
+
+def test_sqrt_rn_under_hardware_sqrt_traces_one_sqrt():
+    """In a graph traced under hardware_sqrt sqrt_rn is torch.sqrt alone;
+    outside it, the Newton step's operations (traced only: backend
+    "eager", no code generated). Eager calls ignore the flag."""
+    def ops_traced(on):
+        graphs = []
+
+        def backend(gm, inputs):
+            graphs.append(gm)
+            return gm.forward
+        torch._dynamo.reset()
+        try:
+            with ops.hardware_sqrt(on):
+                torch.compile(ops.sqrt_rn, backend=backend, dynamic=False)(_sqrt_values(torch.float64))
+        finally:
+            torch._dynamo.reset()
+        return [str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+
+    assert ops_traced(True) == [str(torch.sqrt)]
+    assert len(ops_traced(False)) > 10
+    x = _sqrt_values(torch.float64)
+    with ops.hardware_sqrt():
+        assert np.array_equal(ops.sqrt_rn(x).numpy(), np.sqrt(x.numpy()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_inductor_cpu_sqrt_is_correctly_rounded(dtype):
+    """What hardware_sqrt relies on: Inductor's C++ kernels' sqrt (vector
+    loop and scalar tail; 100006 values over 2**-1000..inf) is numpy's,
+    where ATen's eager sqrt is not (about 1% of float64 values differ).
+    Compiles one small kernel (seconds)."""
+    x = _sqrt_values(dtype)
+    torch._dynamo.reset()
+    try:
+        with ops.hardware_sqrt():
+            got = torch.compile(ops.sqrt_rn, backend="inductor", dynamic=False)(x)
+    finally:
+        torch._dynamo.reset()
+    assert np.array_equal(got.numpy(), np.sqrt(x.numpy()))
+
+
 def test_over_rounds_once():
     g = torch.Generator().manual_seed(2)
     x = torch.rand(100000, generator=g, dtype=torch.float64) + 0.5
