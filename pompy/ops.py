@@ -225,9 +225,10 @@ def levels(a: torch.Tensor) -> torch.Tensor:
 _SQRT_EXACT = {torch.float64: (2.0 ** -960, 2.0 ** 1020), torch.float32: (2.0 ** -100, 2.0 ** 125)}
 
 
-# True while pompy.core.compiled traces a graph for Inductor on the CPU,
-# whose C++ kernels take the hardware's sqrt (IEEE, correctly rounded: equal
-# to numpy's, tests/test_ops.py); set by hardware_sqrt, read (and guarded
+# True while pompy.core.compiled calls an Inductor graph, whose C++ kernels
+# on the CPU take the hardware's sqrt (IEEE, correctly rounded: equal to
+# numpy's, tests/test_ops.py; GPU graphs, not measured, keep the Newton
+# step: sqrt_rn checks the device); set by hardware_sqrt, read (and guarded
 # on by Dynamo) where sqrt_rn is traced
 _HARDWARE_SQRT = False
 

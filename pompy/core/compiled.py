@@ -135,13 +135,6 @@ class StepGraphs:
         return (policy_override() is not None and self.core.checkpoint != "routines"
                 and hasattr(self.core.external, "passes"))
 
-    def hardware_sqrt(self) -> bool:
-        """Whether the graphs' sqrt is the hardware's, correctly rounded
-        (pompy.ops.hardware_sqrt): Inductor's C++ kernels on the CPU. Not
-        Dynamo's eager backend (ATen's vectorised sqrt misses the rounded
-        value for about 1% of float64 values) nor a GPU (not measured)."""
-        return BACKEND == "inductor" and self.core.device.type == "cpu"
-
     def _graph(self, key: Hashable, fn: Callable[[dict, dict], dict], names: tuple,
                p: Mapping, recording: bool) -> Callable:
         """``fn(s, p) -> s`` compiled as a function of the tensors of ``s``
@@ -186,7 +179,9 @@ class StepGraphs:
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
             _DYNAMO_TENSOR_LOG.addFilter(_without_item_break)
             try:
-                with hardware_sqrt(self.hardware_sqrt()):
+                # Inductor's CPU sqrt is correctly rounded; Dynamo's eager
+                # backend runs ATen's, which is not (pompy.ops.hardware_sqrt)
+                with hardware_sqrt(BACKEND == "inductor"):
                     return dict(graph(*inputs))
             finally:
                 _DYNAMO_TENSOR_LOG.removeFilter(_without_item_break)
