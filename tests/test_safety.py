@@ -3,6 +3,7 @@ from the guards, and at the guards each gradient policy gives what it says.
 """
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -71,6 +72,27 @@ def test_forward_at_the_guards_is_finite():
     assert torch.equal(safe_log(zero), torch.full_like(zero, math.log(SAFE_LOG_EPS)))
     assert torch.isfinite(safe_divide(torch.ones(3, dtype=torch.float64), zero)).all()
     assert torch.equal(safe_reciprocal(zero), torch.full_like(zero, 1.0 / SAFE_DIV_EPS))
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_divisor_held_at_the_guard_keeps_its_sign(dtype, grad):
+    """d where |d| >= eps, eps with d's sign where smaller (signed zeros,
+    subnormals), inf and NaN as they are: against numpy's select, bit for
+    bit, on the plain and the gradient path."""
+    d = np.array([0.0, -0.0, 1e-21, -1e-21, SAFE_DIV_EPS, -SAFE_DIV_EPS, 2e-20, -2e-20,
+                  5e-324, -5e-324, 1e-40, -1e-40, np.inf, -np.inf, 1.0, -3.0, 7e300], dtype=np.float64)
+    with np.errstate(over="ignore"):        # 7e300 is inf in float32
+        d = d.astype(torch.empty(0, dtype=dtype).numpy().dtype)
+        eps = d.dtype.type(SAFE_DIV_EPS)
+        held = np.where(np.abs(d) < eps, np.copysign(eps, d), d)
+        expected = np.ones_like(d) / held
+    x = torch.from_numpy(d.copy()).requires_grad_(grad)
+    got = safe_divide(torch.ones_like(x), x).detach().numpy()
+    assert got.tobytes() == expected.tobytes()
+    nan = torch.tensor([math.nan, -math.nan], dtype=dtype, requires_grad=grad)
+    assert torch.isnan(safe_divide(torch.ones_like(nan), nan)).all()
 
 
 OPS = [

