@@ -16,8 +16,11 @@ from pompy import __version__
 from pompy.config import (CORES, DERIVED, POLICY_GROUP, Config, load_config, namelist_literal,
                           pom2k_fields)
 from pompy.errors import InputError, Interrupted, ModelStop
+from pompy.utils import allocator
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
+TCMALLOC_PACKAGE = "libtcmalloc-minimal4"
+TCMALLOC_INSTALL = f"sudo apt-get install -y {TCMALLOC_PACKAGE}"
 
 
 BUG_REPORT = ("pompy: this is a bug in pompy, not in your input; please report it with the "
@@ -171,17 +174,27 @@ def positive_int(text: str) -> int:
 
 
 def setup(args: argparse.Namespace) -> int:
-    """Install gfortran if it is missing (as root; otherwise say how), then build the oracle."""
+    """Install gfortran if it is missing (as root; otherwise say how), and
+    tcmalloc where apt-get can (optional: pompy.utils.allocator), then build
+    the oracle."""
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
     if shutil.which("gfortran") is None:
         if os.geteuid() != 0:
             print("pompy setup: gfortran is not installed. Install it with:", file=sys.stderr)
             print(GFORTRAN_INSTALL)
             return 2
-        env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
         for command in (["apt-get", "update"], ["apt-get", "install", "-y", "gfortran"]):
             if subprocess.run(command, env=env).returncode != 0:
                 print(f"pompy setup: {' '.join(command)} failed", file=sys.stderr)
                 return 1
+    if allocator.tcmalloc_path() is None:
+        if os.geteuid() == 0 and shutil.which("apt-get") is not None and _apt_install(TCMALLOC_PACKAGE, env):
+            print(f"pompy setup: installed {TCMALLOC_PACKAGE} (tcmalloc: pompy's CPU steps run "
+                  "faster on it)")
+        else:
+            print(f"pompy setup: tcmalloc is not installed, so pompy runs on the system's "
+                  f"allocator, eager CPU steps about 10% slower; to install it: "
+                  f"{TCMALLOC_INSTALL}", file=sys.stderr)
     from pompy.oracle.build import OracleBuildError, build
 
     try:
@@ -192,6 +205,14 @@ def setup(args: argparse.Namespace) -> int:
     print(f"pompy setup: the Fortran oracle is built in {path.parent} "
           "($POMPY_HOME/oracle/<hash>; POMPY_HOME defaults to ~/.cache/pompy)")
     return 0
+
+
+def _apt_install(package: str, env: dict) -> bool:
+    """apt-get install, after an apt-get update where the lists lack it."""
+    install = ["apt-get", "install", "-y", package]
+    return subprocess.run(install, env=env).returncode == 0 or (
+        subprocess.run(["apt-get", "update"], env=env).returncode == 0
+        and subprocess.run(install, env=env).returncode == 0)
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -619,4 +619,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from pompy.utils.allocator import reexec   # torchrun's workers: tcmalloc
+    reexec()
     sys.exit(main())

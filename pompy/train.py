@@ -1083,4 +1083,6 @@ def _leave(code: int) -> None:
 
 
 if __name__ == "__main__":
+    from pompy.utils.allocator import reexec   # torchrun's workers: tcmalloc
+    reexec()
     main(leave=True)

@@ -17,8 +17,9 @@ next (8.1 to 10.3 ms at 65x49x21). The
 oracle is the Fortran driver (run_steps) built -O3, single-threaded; torch
 uses torch.get_num_threads() CPU threads (--threads) or the GPU, stepping
 as ``pompy run`` does (forward_only: inference mode, no_grad when
-compiled). The machine's load average (1 min) is printed with each
-measurement.
+compiled), on the C allocator `pompy run` has (tcmalloc where the
+machine has it; POMPY_ALLOCATOR=system for the system's: pompy.utils.allocator).
+The machine's load average (1 min) is printed with each measurement.
 
 Four Markdown tables go to stdout:
 
@@ -67,6 +68,10 @@ import tempfile
 import time
 from pathlib import Path
 
+if __name__ == "__main__":      # on the allocator of `pompy run`, chosen before torch loads
+    from pompy.utils.allocator import reexec
+    reexec()
+
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -79,6 +84,7 @@ from pompy.driver import record_steps
 from pompy.errors import ConfigError
 from pompy.io import OutputWriter
 from pompy.oracle.driver import new_state, run_steps
+from pompy.utils import allocator
 
 CONFIG = Path(__file__).parents[1] / "configs" / "seamount.nml"
 WARMUP = 2
@@ -339,7 +345,8 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
+          f"{torch.get_num_threads()} torch threads, torch {torch.__version__}, "
+          f"allocator {allocator.in_use()}"
           + (f", {torch.cuda.get_device_name(args.device)}" if args.device.startswith("cuda")
              else ""))
     print()
