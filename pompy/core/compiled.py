@@ -173,7 +173,7 @@ class StepGraphs:
         if recording:
             inputs = _promoted(names, inputs)
         else:                   # a tensor left requiring grad by a recorded step: no new version
-            inputs = tuple(t.detach() for t in inputs)
+            inputs = tuple(t.detach() if t.requires_grad else t for t in inputs)
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
