@@ -9,9 +9,10 @@ checkpoint "steps" is two-level (segments of ~sqrt(steps), the core's
 default), "steps:K" segments of K steps (steps:1: one level).
 
 Each case runs in a fresh subprocess, so its peak resident memory
-(ru_maxrss) is its own, with glibc's default allocator, as a user's run
-has it: freed blocks it keeps in the heap count, so the peak is an upper
-bound of the memory in use (MALLOC_MMAP_THRESHOLD_=65536, which hands
+(ru_maxrss) is its own, on the C allocator a user's `pompy` command runs
+on (tcmalloc where the machine has it; POMPY_ALLOCATOR=system for glibc's:
+pompy.utils.allocator): freed blocks it keeps count, so the peak is an
+upper bound of the memory in use (with glibc, MALLOC_MMAP_THRESHOLD_=65536, which hands
 every freed tensor back to the system, measured 0.98 against 1.27 GB at
 240 steps, but made every step 2.4-2.7 times slower with its page faults,
 the backward more than the forward). The gradient is of a scalar of the final state
@@ -38,6 +39,10 @@ import resource
 import subprocess
 import sys
 import time
+
+if __name__ == "__main__":      # each case on the allocator of `pompy train` (pompy.utils.allocator)
+    from pompy.utils.allocator import reexec
+    reexec()
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
@@ -49,6 +54,7 @@ def one_case(steps: int, checkpoint: str | None, compile: bool = False) -> dict:
     from pompy.autodiff.policies import GradientPolicy, GradientPolicyConfig
     from pompy.config import load_config
     from pompy.core.explicit import ExplicitCore
+    from pompy.utils import allocator
 
     mode, _, segment = (checkpoint or "").partition(":")
     # compiled recorded steps need every gradient policy decided in the
@@ -73,7 +79,8 @@ def one_case(steps: int, checkpoint: str | None, compile: bool = False) -> dict:
     return dict(steps=steps, checkpoint=checkpoint, compile=compile, forward_s=forward,
                 backward_s=total - forward, forward_cpu_s=forward_cpu,
                 backward_cpu_s=total_cpu - forward_cpu, warm_up_s=warm_up, load=load,
-                peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, finite=finite)
+                peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, finite=finite,
+                allocator=allocator.in_use())
 
 
 def _gradient(core, steps: int):
@@ -118,6 +125,7 @@ def main(argv=None) -> None:
     label = ", compiled" if args.compile else ""
     for mode in modes:
         probe = [run_case(n, mode, args.compile) for n in (4, 12)]
+        allocator = probe[0]["allocator"]
         per_step = (probe[1]["peak_gb"] - probe[0]["peak_gb"]) / 8
         base = probe[0]["peak_gb"] - 4 * per_step
         for steps in (int(s) for s in args.steps.split(",")):
@@ -134,6 +142,7 @@ def main(argv=None) -> None:
                   f"({r['backward_cpu_s'] / r['forward_cpu_s']:.1f} CPU) "
                   f"| {r['peak_gb']:.2f}{'' if r['finite'] else ' (NOT FINITE)'} "
                   f"| {r['load']:.1f} |" + (f" {r['warm_up_s']:.0f} |" if warm else ""), flush=True)
+    print(f"\nEach case on the {allocator} allocator.")
 
 if __name__ == "__main__":
     main()
