@@ -1,3 +1,4 @@
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,31 @@ def test_setup_without_gfortran_and_root_prints_the_command(monkeypatch, capsys)
     monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)
     assert cli.main(["setup"]) == 2
     assert capsys.readouterr().out == "sudo apt-get install -y gfortran\n"
+
+
+def test_setup_installs_tcmalloc_as_root_or_says_how(monkeypatch, capsys):
+    """gfortran present, tcmalloc missing: as root, apt-get installs it
+    (an update first where the lists lack it); otherwise one line says how,
+    and the oracle is built either way."""
+    built, commands = [], []
+    monkeypatch.setattr(cli.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(cli.allocator, "tcmalloc_path", lambda: None)
+    monkeypatch.setattr("pompy.oracle.build.build", lambda verbose: built.append(1) or Path("/x/o.so"))
+    results = iter([1, 0, 0])         # install fails, update, install again
+
+    def run(command, env):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, next(results))
+    monkeypatch.setattr(cli.subprocess, "run", run)
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    assert cli.main(["setup"]) == 0
+    assert commands == [["apt-get", "install", "-y", "libtcmalloc-minimal4"], ["apt-get", "update"],
+                        ["apt-get", "install", "-y", "libtcmalloc-minimal4"]]
+    assert "installed libtcmalloc-minimal4" in capsys.readouterr().out
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)
+    assert cli.main(["setup"]) == 0 and len(built) == 2 and len(commands) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("sudo apt-get install -y libtcmalloc-minimal4\n")
 
 
 def test_steps_must_be_positive():
