@@ -58,6 +58,30 @@ def test_surface_forcing_matches_oracle(oracle, case, iproblem):
     assert max(errors.values()) == 0.0
 
 
+def test_float32_wind_stress_takes_the_taper_rounded_once():
+    """In float32 the wind's taper cos(pi*(j-1)/jmm1) is pom2k's float64
+    value rounded once (numpy's float64 cos here), then float32 arithmetic
+    as pom2k's expression: so Inductor's float32 cos, which differs from
+    ATen's by an ulp at a third of the j, does not enter a compiled step."""
+    im, jm, kb = 17, 49, 5
+    rng = np.random.default_rng(3)
+    dvm = (rng.random((im, jm)) > 0.3).astype(np.float32)
+    zeros2, zeros3 = torch.zeros(im, jm), torch.zeros(im, jm, kb)
+    out = stepping.surface_forcing(
+        iproblem=1, ramp=0.7, wind_factor=1.5, tbias=0.0, sbias=0.0, dvm=torch.from_numpy(dvm),
+        t=zeros3, s=zeros3, tclim=zeros3, sclim=zeros3, wusurf=zeros2, wvsurf=zeros2,
+        e_atmos=zeros2, vfluxf=zeros2, w=zeros3, wtsurf=zeros2, swrad=zeros2, wssurf=zeros2)
+    pi = np.arctan(1.0) * 4.0
+    cos = np.cos(pi * np.arange(jm, dtype=np.float64) / (jm - 1)).astype(np.float32)
+    taper = np.float32(0.7 * 1.5) * (np.float32(1.e-4) * cos)
+    I, J, Im, Jp = slice(1, im - 1), slice(1, jm - 1), slice(0, im - 2), slice(2, jm)
+    corners = dvm[I, Jp] + dvm[Im, Jp] + dvm[Im, J] + dvm[I, J]
+    want = np.zeros((im, jm), np.float32)
+    want[I, J] = taper[None, J] * np.float32(.25) * corners
+    assert out.wusurf.dtype == torch.float32
+    assert out.wusurf.numpy().tobytes() == want.tobytes()
+
+
 @settings(max_examples=15, deadline=None)
 @given(pom_states(), st.sampled_from([2, 3]))
 def test_vertical_averages_matches_oracle(oracle, case, mode):

@@ -59,8 +59,10 @@ def surface_forcing(iproblem, ramp, wind_factor, tbias, sbias, dvm, t, s, tclim,
     pi = math.atan(1.0) * 4.0
     t1, s1 = t[:, :, 0], s[:, :, 0]
     if iproblem != 2:
-        jj = torch.arange(jm, dtype=dvm.dtype, device=dvm.device)      # j-1
-        taper = (ramp * wind_factor * (1.e-4 * torch.cos(pi * jj / jmm1))).unsqueeze(0)
+        # cos(pi*(j-1)/jmm1) in float64, as pom2k, then the core's dtype: in
+        # float32 Inductor's cos and ATen's differ by an ulp at a third of the j
+        jj = torch.arange(jm, dtype=torch.float64, device=dvm.device)   # j-1
+        taper = (ramp * wind_factor * (1.e-4 * torch.cos(pi * jj / jmm1).to(dvm.dtype))).unsqueeze(0)
         corners = (yp(dvm) + yp(xm(dvm)) + xm(dvm) + dvm)
         wusurf = inside(taper * .25 * corners, wusurf, **rows)
         wvsurf, e_atmos, vfluxf = (inside(torch.zeros_like(a), a, **rows)
