@@ -172,3 +172,28 @@ def test_call_binds_pom2k_call_strings():
     assert set(out) == {"rho"} and out["rho"][0, 0, 0] > 0 and rho.abs().max() == 0
     with pytest.raises(KeyError, match="no value for argument 'grav'"):
         call("dens(s,t,rho)", s, {}, stepping.ROUTINES)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_finite_is_numpys_isfinite_of_every_prognostic_field(dtype):
+    """stepping.finite (each field's least and largest values) against
+    numpy's isfinite over every value: NaN, +-inf, the largest finite
+    values and subnormals in one field or another, batched too."""
+    from pompy import variables
+    names = variables.names("prognostic")
+    rng = np.random.default_rng(7)
+    big = np.finfo(torch.empty(0, dtype=dtype).numpy().dtype)
+    base = {n: rng.normal(size=(5, 4, 3)).astype(big.dtype) for n in names}
+    cases = [{}, {"t": big.max}, {"u": -big.max}, {"q2": big.tiny / 4}, {"el": np.nan},
+             {"s": np.inf}, {"v": -np.inf}, {names[-1]: np.nan}]
+    for case in cases:
+        fields = {n: a.copy() for n, a in base.items()}
+        for n, value in case.items():
+            fields[n].reshape(-1)[int(rng.integers(fields[n].size))] = value
+        want = all(np.isfinite(a).all() for a in fields.values())
+        got = stepping.finite({n: torch.from_numpy(a) for n, a in fields.items()})
+        assert got.dtype == torch.bool and bool(got) == want, case
+    both = {n: torch.stack([torch.from_numpy(base[n]), torch.from_numpy(base[n])]) for n in names}
+    both["q2lb"] = both["q2lb"].clone()
+    both["q2lb"][1, 0, 0, 0] = float("nan")
+    assert torch.vmap(stepping.finite)(both).tolist() == [True, False]
