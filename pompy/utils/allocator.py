@@ -7,14 +7,15 @@ which keeps freed blocks for the next request. Measured at 65x49x21
 float64, one thread, processes alternating (validation/benchmark.py's
 step, README "Speed"): eager 51-56 ms a step against 57-64 with glibc,
 compiled 21-24 against 23-27. The bits do not change (an allocator
-places tensors, it computes nothing; tests/test_allocator.py runs a core
-under each and compares).
+places tensors, it computes nothing; tests/test_allocator.py runs
+``pompy run`` on each and compares the restarts).
 
 The allocator is fixed before a process's first allocation, so a command
 that wants tcmalloc executes itself again with it preloaded (as torch's
 CPU launcher, torch.backends.xeon.run_cpu, does): :func:`reexec`, called
-by the ``pompy`` command, ``-m pompy.generate``, ``-m pompy.train`` and
-validation/benchmark.py before their work, never on import.
+by the ``pompy`` command, ``-m pompy.generate``, ``-m pompy.train``,
+validation/benchmark.py and validation/gradient_memory.py before their
+work, never on import.
 ``POMPY_ALLOCATOR=system`` keeps the system's allocator; a process given
 one already (LD_PRELOAD) keeps it.
 """
