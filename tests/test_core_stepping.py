@@ -197,3 +197,29 @@ def test_finite_is_numpys_isfinite_of_every_prognostic_field(dtype):
     both["q2lb"] = both["q2lb"].clone()
     both["q2lb"][1, 0, 0, 0] = float("nan")
     assert torch.vmap(stepping.finite)(both).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_velocity_check_takes_pom2ks_last_maximum(dtype):
+    """vamax and (imax, jmax) as pom2k's loop finds them (j outer, i inner,
+    ``abs(vaf) >= vamax``: the last maximum in Fortran order), ties of
+    either sign included, against that loop in Python; batched too."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for _ in range(20):
+        vaf = rng.integers(-3, 4, size=(7, 5)).astype(np.float64)   # many ties
+        cases.append(vaf)
+    cases.append(np.zeros((7, 5)))
+    for vaf in cases:
+        vamax, imax, jmax = 0.0, 1, 1
+        for j in range(vaf.shape[1]):
+            for i in range(vaf.shape[0]):
+                if abs(vaf[i, j]) >= vamax:
+                    vamax, imax, jmax = abs(vaf[i, j]), i + 1, j + 1
+        got = split._vel_check(torch.tensor(vaf, dtype=dtype))
+        assert (float(got[0]), int(got[1]), int(got[2])) == (vamax, imax, jmax)
+    batch = torch.tensor(np.stack(cases[:4]), dtype=dtype)
+    together = torch.vmap(split._vel_check)(batch)
+    for m in range(4):
+        alone = split._vel_check(batch[m])
+        assert [float(together[n][m]) for n in range(3)] == [float(x) for x in alone]

@@ -23,9 +23,9 @@ def _vel_check(vaf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """max |vaf| and pom2k's (imax, jmax): the last point, in Fortran order,
     where it is reached. Tensors: no host synchronisation."""
     a = vaf.detach().abs()
-    vamax = a.max()
-    # the first maximum in Fortran order (i fastest) read from the end
-    back = torch.argmax((a == vamax).t().flip((0, 1)).to(torch.int32))
+    # the values in Fortran order (i fastest) read from the end: the first
+    # maximum there (torch.max's index) is pom2k's last
+    vamax, back = torch.max(a.t().flip((0, 1)).reshape(-1), 0)
     im, jm = vaf.shape
     return vamax, im - back % im, jm - back // im
 
