@@ -78,6 +78,7 @@ def argument(routine: str, arg: str, source: str, state, params):
     return number
 
 
+@lru_cache(maxsize=1024)       # a step binds bcond's idx some 70 times
 def literal(text: str) -> int | float | None:
     """The number an actual argument spells (``1``, ``.5d0``), else None."""
     try:
