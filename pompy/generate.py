@@ -64,6 +64,10 @@ leaves no partial dataset.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":      # torchrun's workers: tcmalloc before torch loads
+    from pompy.utils.allocator import reexec     # (pompy.utils.allocator)
+    reexec()
+
 import argparse
 import inspect
 import math
@@ -619,6 +623,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from pompy.utils.allocator import reexec   # torchrun's workers: tcmalloc
-    reexec()
     sys.exit(main())

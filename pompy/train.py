@@ -67,6 +67,10 @@ core as a 0-d tensor in core.params; printed each epoch.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":      # torchrun's workers: tcmalloc before torch loads
+    from pompy.utils.allocator import reexec     # (pompy.utils.allocator)
+    reexec()
+
 import argparse
 import functools
 import hashlib
@@ -1083,6 +1087,4 @@ def _leave(code: int) -> None:
 
 
 if __name__ == "__main__":
-    from pompy.utils.allocator import reexec   # torchrun's workers: tcmalloc
-    reexec()
     main(leave=True)

@@ -26,7 +26,8 @@ from pompy.utils.allocator import in_use, reexec
 reexec()
 child = subprocess.run([sys.executable, "-c", "from pompy.utils.allocator import in_use; print(in_use())"],
                        capture_output=True, text=True).stdout.strip()
-print(in_use(), os.environ.get("LD_PRELOAD", "-"), child, "_POMPY_LD_PRELOAD" in os.environ)
+print(in_use(), os.environ.get("LD_PRELOAD", "-"), child,
+      any(n in os.environ for n in ("_POMPY_ALLOCATOR_ADDED", "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD")))
 """
 
 
@@ -55,6 +56,44 @@ def test_system_keeps_the_systems_allocator(tmp_path):
 def test_a_preloaded_allocator_is_kept_without_executing_again(tmp_path):
     path = allocator.tcmalloc_path()
     assert probe(tmp_path, LD_PRELOAD=path) == ["start", "tcmalloc", path, "tcmalloc", "False"]
+
+
+def test_a_users_preload_of_another_kind_is_kept(tmp_path):
+    """Any LD_PRELOAD is the user's choice (a sanitizer must come first; an
+    allocator of another make must not be displaced): no second start."""
+    assert probe(tmp_path, LD_PRELOAD="libm.so.6") == ["start", "system", "libm.so.6", "system",
+                                                       "False"]
+
+
+@needs_tcmalloc
+def test_a_multiprocessing_child_is_not_started_again(tmp_path):
+    """A spawned child (as torchrun --run-path starts its workers) reads its
+    job from a pipe that an exec would close: it runs on as it is."""
+    script = tmp_path / "spawn.py"
+    script.write_text(
+        "import multiprocessing as mp\n"
+        "def child(q):\n"
+        "    from pompy.utils.allocator import in_use, reexec\n"
+        "    reexec()\n"
+        "    q.put(in_use())\n"
+        "if __name__ == '__main__':\n"
+        "    from pompy.utils.allocator import in_use, reexec\n"
+        "    reexec()\n"
+        "    q = mp.get_context('spawn').Queue()\n"
+        "    p = mp.get_context('spawn').Process(target=child, args=(q,))\n"
+        "    p.start(); got = q.get(timeout=120); p.join()\n"
+        "    print(in_use(), got, p.exitcode)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", allocator.ENV)}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["tcmalloc", "system", "0"]
+
+
+def test_a_closed_stdout_is_no_error():
+    out = subprocess.run(f"'{sys.executable}' -m pompy --version >&-", shell=True,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Traceback" not in out.stderr   # argparse: then to stderr
 
 
 def test_an_unknown_allocator_is_one_line_and_exit_2():

@@ -95,6 +95,19 @@ def test_the_divisor_held_at_the_guard_keeps_its_sign(dtype, grad):
     assert torch.isnan(safe_divide(torch.ones_like(nan), nan)).all()
 
 
+
+def test_safe_divide_is_batched_without_a_per_member_loop():
+    """Under torch.vmap (an ensemble's members) every op of safe_divide has
+    a batching rule: no fallback loop over members, no warning."""
+    import warnings
+    n, d = rand(4, 6, seed=5), rand(4, 6, low=-1.0, high=1.0, seed=6)
+    d[1, 2], d[3, 0] = 0.0, -1e-30
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = torch.vmap(safe_divide)(n, d)
+    assert torch.equal(got, torch.stack([safe_divide(a, b) for a, b in zip(n, d)]))
+
+
 OPS = [
     ("sqrt", lambda x: safe_sqrt(x), (1e-3, 10.0)),
     ("abs_pow", lambda x: safe_abs_pow(x, 1.5), (-40.0, 40.0)),

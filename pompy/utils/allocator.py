@@ -17,11 +17,14 @@ by the ``pompy`` command, ``-m pompy.generate``, ``-m pompy.train``,
 validation/benchmark.py and validation/gradient_memory.py before their
 work, never on import.
 ``POMPY_ALLOCATOR=system`` keeps the system's allocator; a process given
-one already (LD_PRELOAD) keeps it.
+any LD_PRELOAD keeps it as it is (an allocator, a sanitizer: the user's
+choice), as does one that cannot be started again as it was (a
+multiprocessing child, a script read from stdin).
 """
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -30,12 +33,11 @@ CHOICES = ("tcmalloc", "system")
 # Debian's libtcmalloc-minimal4 (the minimal build: no heap profiler), then
 # gperftools' full library
 _NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
-_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
-         "/usr/local/lib")
-# set in the re-executed process: the LD_PRELOAD its parent had ("" for none),
-# which it gives back to its own children (a browser or a compiler started by
-# pompy gets the user's environment, not pompy's allocator)
-_GIVEN = "_POMPY_LD_PRELOAD"
+_DIRS = (f"/usr/lib/{platform.machine()}-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+# set in the re-executed process, which then gives its own children the
+# environment its parent had (a browser or a compiler started by pompy gets
+# the user's, not pompy's allocator): the names pompy added, to remove
+_ADDED = "_POMPY_ALLOCATOR_ADDED"
 # tcmalloc reports each allocation above 1 GB on stderr; a large grid's
 # fields are that large by design
 _QUIET = {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 62)}
@@ -75,30 +77,47 @@ def choice() -> str:
     return value
 
 
+def _replayable() -> bool:
+    """Whether this process's command line starts it again as it is: not
+    a multiprocessing child (its job came through a pipe that an exec
+    closes) nor a script read from stdin."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
+        return False
+    argv = getattr(sys, "orig_argv", None)
+    return bool(argv and sys.executable and "--multiprocessing-fork" not in argv
+                and sys.argv and sys.argv[0] not in ("", "-"))
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):       # closed: nothing to lose
+                pass
+
+
 def reexec() -> None:
     """Execute this process's command again (same interpreter, arguments
     and environment) with tcmalloc preloaded, where POMPY_ALLOCATOR allows
-    it, the machine has tcmalloc, and the process has no allocator of its
-    own yet; else return. In the process executed again, give its
-    children the parent's LD_PRELOAD back and return. Call it first thing
-    in an entry point: what ran before runs twice."""
+    it, the machine has tcmalloc, no LD_PRELOAD is set and the command can
+    be started again as it was; else return. In the process executed
+    again, take pompy's additions out of the environment its children get,
+    and return. Call it first thing in an entry point: what ran before
+    runs twice."""
     allocator = choice()
-    if _GIVEN in os.environ:
-        given = os.environ.pop(_GIVEN)
-        if given:
-            os.environ["LD_PRELOAD"] = given
-        else:
-            os.environ.pop("LD_PRELOAD", None)
+    if _ADDED in os.environ:
+        for name in os.environ.pop(_ADDED).split(","):
+            os.environ.pop(name, None)
         return
     path = tcmalloc_path()
     if allocator == "system" or not sys.platform.startswith("linux") or path is None \
-            or in_use() != "system" or not sys.executable or not getattr(sys, "orig_argv", None):
+            or os.environ.get("LD_PRELOAD") or in_use() != "system" or not _replayable():
         return
-    given = os.environ.get("LD_PRELOAD", "")
-    env = {**_QUIET, **os.environ, _GIVEN: given,
-           "LD_PRELOAD": f"{path}:{given}" if given else path}
-    sys.stdout.flush()
-    sys.stderr.flush()
+    added = {"LD_PRELOAD": path, **{k: v for k, v in _QUIET.items() if k not in os.environ}}
+    env = {**os.environ, **added, _ADDED: ",".join(added)}
+    _flush()
     try:
         os.execve(sys.executable, sys.orig_argv, env)
     except OSError:                     # cannot execute: run on with the system's

@@ -291,7 +291,7 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
     # d, or +-eps (d's sign) where |d| < eps: |d| raised to eps, then d's
     # sign, on one fresh tensor (a NaN stays NaN; 3 calls where a select
     # took 5, half the time of a 3-D safe_divide outside autograd)
-    held = torch.abs(raw).clamp_(min=eps).copysign_(raw)
+    held = torch.abs(raw).clamp_min_(eps).copysign_(raw)      # clamp_min_: vmap has its rule
     if not torch.is_tensor(numerator):
         numerator = torch.full_like(raw, float(numerator))
     if not (_tracked(numerator) or _tracked(denominator)):
