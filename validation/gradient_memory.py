@@ -39,11 +39,11 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 if __name__ == "__main__":      # each case on the allocator of `pompy train` (pompy.utils.allocator)
     from pompy.utils.allocator import reexec
     reexec()
-from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 
