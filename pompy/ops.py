@@ -33,6 +33,7 @@ neighbour operators (the same bits).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import numpy as np
 import torch
@@ -178,19 +179,44 @@ def put(rest, value, *, i=None, j=None, k=None, like: Tensor | None = None) -> T
     (None) spans the whole dimension (i, j, k are dims 0, 1, 2, as for
     :func:`inside`). Under torch.vmap (an ensemble's members) a batched
     value may go over an unbatched ``rest`` and the reverse."""
+    out = _fresh(rest, (value,), like)
+    out[_index(i, j, k)] = value
+    return out
+
+
+def puts(rest, *writes: tuple[Tensor | float, dict]) -> Tensor:
+    """Several of pom2k's loop assignments in order, as one new tensor:
+    ``puts(a, (v1, dict(i=(1, 2))), (v2, dict(j=(1, 1))))`` is
+    ``put(put(a, v1, i=(1, 2)), v2, j=(1, 1))`` with one copy of ``a``
+    where that makes one a write (a boundary condition writes several
+    edges of a field)."""
+    out = _fresh(rest, [value for value, _ in writes])
+    for value, ranges in writes:
+        out[_index(ranges.get("i"), ranges.get("j"), ranges.get("k"))] = value
+    return out
+
+
+@functools.lru_cache(maxsize=4096)     # some 300 writes a step, from a few hundred places
+def _index(i=None, j=None, k=None) -> tuple:
+    """The slices of the 1-based ranges i, j, k (None: the whole dimension)."""
     index = tuple(slice(None) if r is None else span(*r) for r in (i, j, k))
     while index and index[-1] == slice(None):
         index = index[:-1]
+    return index
+
+
+def _fresh(rest, values, like: Tensor | None = None) -> Tensor:
+    """A new tensor holding ``rest`` (a number filling ``like``'s shape),
+    batched under torch.vmap where a value written into it is."""
     if not torch.is_tensor(rest):
-        out = value.new_full(like.shape, rest)
-    elif torch.is_tensor(value) and not torch.compiler.is_compiling() \
-            and _is_batched(value) and not _is_batched(rest):
-        out = value.new_empty(rest.shape)       # batched, as value
-        out.copy_(rest)
-    else:
-        out = rest.clone()
-    out[index] = value
-    return out
+        return values[0].new_full(like.shape, rest)
+    if not torch.compiler.is_compiling() and not _is_batched(rest):
+        for value in values:
+            if torch.is_tensor(value) and _is_batched(value):
+                out = value.new_empty(rest.shape)       # batched, as the value
+                out.copy_(rest)
+                return out
+    return rest.clone()
 
 
 def above_kb(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

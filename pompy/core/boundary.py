@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import X, Y, expand3, inside, over, put, span
+from pompy.ops import X, Y, expand3, inside, over, put, puts, span
 from pompy.utils.safety import safe_sqrt
 
 
@@ -91,16 +91,16 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
         ua_w = ramp * (uabw - rfw * c_w * (el[1] - elw))
         va_n = ramp * (vabn + rfn * c_n * (el[:, jm - 2] - eln))
         va_s = ramp * (vabs - rfs * c_s * (el[:, 1] - els))
-        # east and west (i = 1, 2, im), j = 2..jmm1; vaf zero at i = 1, im
-        ua1 = torch.cat([ua_w.expand(2, -1), uaf[2:im - 1], ua_e[None]])
-        uaf1 = inside(ua1, rest=uaf, j=(2, jm - 1))
-        vaf1 = inside(F.pad(vaf[1:im - 1], (0, 0, 1, 1)), rest=vaf, j=(2, jm - 1))
-        # north and south (j = 1, 2, jm), i = 2..imm1; uaf zero at j = 1, jm
-        va2 = torch.cat([va_s[:, None].expand(-1, 2), vaf1[:, 2:jm - 1], va_n[:, None]], 1)
-        vaf2 = inside(va2, rest=vaf1, i=(2, im - 1))
-        uaf2 = inside(F.pad(uaf1[:, 1:jm - 1], (1, 1)), rest=uaf1, i=(2, im - 1))
-        uaf = uaf2 * dum
-        vaf = vaf2 * dvm
+        J, I = span(2, jmm1), span(2, imm1)
+        # east and west (i = 1, 2, im), j = 2..jmm1, and uaf zero at j = 1, jm
+        # (i = 2..imm1); then north and south (j = 1, 2, jm), i = 2..imm1,
+        # and vaf zero at i = 1, im (j = 2..jmm1): no point written twice
+        uaf = puts(uaf, (ua_w[J], dict(i=(1, 2), j=(2, jmm1))), (ua_e[J], dict(i=(im, im), j=(2, jmm1))),
+                   (0., dict(i=(2, imm1), j=(1, 1))), (0., dict(i=(2, imm1), j=(jm, jm))))
+        vaf = puts(vaf, (va_s[I, None], dict(i=(2, imm1), j=(1, 2))), (va_n[I, None], dict(i=(2, imm1), j=(jm, jm))),
+                   (0., dict(i=(1, 1), j=(2, jmm1))), (0., dict(i=(im, im), j=(2, jmm1))))
+        uaf = uaf * dum
+        vaf = vaf * dvm
 
     elif idx == 3:
         J, K = span(2, jmm1), span(1, kbm1)
