@@ -4,8 +4,8 @@ Tensors are indexed (i, j, k) like the Fortran: ``a[i-1, j-1, k-1]`` is
 ``a(i,j,k)``. Boundary values are computed on pom2k's index ranges only
 (views, :func:`pompy.ops.span`) and written into new tensors with
 ``torch.cat``, ``torch.where`` (:func:`pompy.ops.inside`) or
-:func:`pompy.ops.put`; the upstream switches become ``torch.where``; no
-input is written.
+:func:`pompy.ops.put` (:func:`pompy.ops.puts`: several edges, one copy);
+the upstream switches become ``torch.where``; no input is written.
 """
 from __future__ import annotations
 
@@ -95,9 +95,11 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
         # east and west (i = 1, 2, im), j = 2..jmm1, and uaf zero at j = 1, jm
         # (i = 2..imm1); then north and south (j = 1, 2, jm), i = 2..imm1,
         # and vaf zero at i = 1, im (j = 2..jmm1): no point written twice
-        uaf = puts(uaf, (ua_w[J], dict(i=(1, 2), j=(2, jmm1))), (ua_e[J], dict(i=(im, im), j=(2, jmm1))),
+        uaf = puts(uaf, (ua_w[J], dict(i=(1, 2), j=(2, jmm1))),
+                   (ua_e[J], dict(i=(im, im), j=(2, jmm1))),
                    (0., dict(i=(2, imm1), j=(1, 1))), (0., dict(i=(2, imm1), j=(jm, jm))))
-        vaf = puts(vaf, (va_s[I, None], dict(i=(2, imm1), j=(1, 2))), (va_n[I, None], dict(i=(2, imm1), j=(jm, jm))),
+        vaf = puts(vaf, (va_s[I, None], dict(i=(2, imm1), j=(1, 2))),
+                   (va_n[I, None], dict(i=(2, imm1), j=(jm, jm))),
                    (0., dict(i=(1, 1), j=(2, jmm1))), (0., dict(i=(im, im), j=(2, jmm1))))
         uaf = uaf * dum
         vaf = vaf * dvm
