@@ -170,6 +170,48 @@ def test_load_state_copies_data_without_grad():
     assert not torch.equal(core.t, record["t"]) and not core.t.requires_grad
 
 
+def _pom2k_order(t):
+    """t with pom2k's memory order (i fastest): the same values, other strides."""
+    return t.permute(*reversed(range(t.dim()))).contiguous().permute(*reversed(range(t.dim())))
+
+
+def test_a_state_in_another_memory_order_is_held_contiguous():
+    """Fields given in another memory order (a transposed tensor) come into
+    the state contiguous, through load_state, inject and attributes, with
+    their values and their gradient path: a compiled step's graphs are
+    traced for contiguous fields, and Inductor's kernels computed other
+    bits for a transposed state (measured: pompy.core.model.Core._tensor)."""
+    base = developed()
+    record = base.capture()
+    given = {n: _pom2k_order(v) if torch.is_tensor(v) and v.dim() > 1 else v for n, v in record.items()}
+    assert not given["t"].is_contiguous() and not given["el"].is_contiguous()
+    core = ExplicitCore(tiny())
+    core.load_state(given, iint=record["iint"])
+    for name, value in core.state.items():
+        assert value.is_contiguous(), name
+        if name in record:
+            assert torch.equal(value, record[name].to(value.dtype)), name
+    core.inject({"s": _pom2k_order(record["s"])})
+    assert core.s.is_contiguous() and torch.equal(core.s, record["s"])
+    leaf = _pom2k_order(record["el"]).requires_grad_(True)
+    core.el = leaf
+    assert core.el.is_contiguous() and torch.equal(core.el, record["el"])
+    core.iend = record["iint"] + 2
+    core.run_time_loop()
+    loss_of(core).backward()
+    same = record["el"].clone().requires_grad_(True)
+    reference = ExplicitCore(tiny())
+    reference.load_state(record, iint=record["iint"])
+    reference.el = same
+    reference.iend = record["iint"] + 2
+    reference.run_time_loop()
+    loss_of(reference).backward()
+    assert float(leaf.grad.abs().max()) > 0 and torch.equal(leaf.grad, same.grad)
+    contiguous = core.el.contiguous()
+    core.el = contiguous
+    assert core.el is contiguous                # a contiguous leaf is kept as given
+
+
 def test_inject_keeps_the_gradient_path():
     core = developed()
     leaf = core.el.detach().clone().requires_grad_(True)

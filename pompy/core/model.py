@@ -350,6 +350,8 @@ class Core:
         if name in variables.ALL:
             if torch.is_tensor(value) and (value.dtype, value.device) != (self.dtype, self.device):
                 value = self._tensor(name, value, tuple(value.shape))
+            elif torch.is_tensor(value):
+                value = value.contiguous()      # itself where it is (a leaf stays the leaf)
             self.state[name] = value
         else:
             object.__setattr__(self, name, value)
@@ -384,9 +386,12 @@ class Core:
         self._start(iint, time0)
 
     def _tensor(self, name: str, value, shape: tuple[int, ...]) -> torch.Tensor:
-        """A copy of ``value`` on the core's device and dtype (autograd kept:
-        a tensor that requires grad in another dtype is converted with a
-        warning, its gradient then flows back through the rounding)."""
+        """A contiguous copy of ``value`` on the core's device and dtype
+        (autograd kept: a tensor that requires grad in another dtype is
+        converted with a warning, its gradient then flows back through the
+        rounding). Contiguous, as every field pompy makes: a compiled step's
+        graphs are traced for that layout, and Inductor's kernels for another
+        (a transposed state, measured) compute other bits than eager's."""
         if isinstance(value, np.ndarray):
             value = torch.from_numpy(np.ascontiguousarray(value))
         value = torch.as_tensor(value)
@@ -398,7 +403,7 @@ class Core:
             warnings.warn(f"pompy: {name} is {value.dtype} and requires grad; this {self.dtype} "
                           f"core converts it (its gradient comes back through the conversion)",
                           stacklevel=3)
-        return value.to(device=self.device, dtype=self.dtype).clone()
+        return value.to(device=self.device, dtype=self.dtype).clone(memory_format=torch.contiguous_format)
 
     def _start(self, iint: int, time0: float) -> None:
         """Step counters and fresh bookkeeping after the state was set."""
