@@ -184,25 +184,34 @@ def put(rest, value, *, i=None, j=None, k=None, like: Tensor | None = None) -> T
     return out
 
 
-def puts(rest, *writes: tuple[Tensor | float, dict]) -> Tensor:
-    """Several of pom2k's loop assignments in order, as one new tensor:
-    ``puts(a, (v1, dict(i=(1, 2))), (v2, dict(j=(1, 1))))`` is
-    ``put(put(a, v1, i=(1, 2)), v2, j=(1, 1))`` with one copy of ``a``
-    where that makes one a write (a boundary condition writes several
-    edges of a field)."""
+def puts(rest: Tensor, *writes: tuple[Tensor | float, dict]) -> Tensor:
+    """Several of pom2k's loop assignments in order, into one new copy of
+    the tensor ``rest``: ``puts(a, (v1, dict(i=(1, 2))), (v2, dict(j=(1, 1))))``
+    is ``put(put(a, v1, i=(1, 2)), v2, j=(1, 1))`` without the second copy
+    (a boundary condition writes several edges of a field)."""
     out = _fresh(rest, [value for value, _ in writes])
     for value, ranges in writes:
-        out[_index(ranges.get("i"), ranges.get("j"), ranges.get("k"))] = value
+        out[_index(**ranges)] = value
     return out
 
 
-@functools.lru_cache(maxsize=4096)     # some 300 writes a step, from a few hundred places
 def _index(i=None, j=None, k=None) -> tuple:
-    """The slices of the 1-based ranges i, j, k (None: the whole dimension)."""
+    """The slices of the 1-based ranges i, j, k (None: the whole dimension);
+    cached for ranges of ints (some 300 writes a step, a few dozen ranges)."""
+    try:
+        return _cached_index(i, j, k)
+    except TypeError:           # a list, or a symbolic size: not hashable
+        return _slices(i, j, k)
+
+
+def _slices(i=None, j=None, k=None) -> tuple:
     index = tuple(slice(None) if r is None else span(*r) for r in (i, j, k))
     while index and index[-1] == slice(None):
         index = index[:-1]
     return index
+
+
+_cached_index = functools.lru_cache(maxsize=4096)(_slices)
 
 
 def _fresh(rest, values, like: Tensor | None = None) -> Tensor:
@@ -213,7 +222,7 @@ def _fresh(rest, values, like: Tensor | None = None) -> Tensor:
     if not torch.compiler.is_compiling() and not _is_batched(rest):
         for value in values:
             if torch.is_tensor(value) and _is_batched(value):
-                out = value.new_empty(rest.shape)       # batched, as the value
+                out = value.new_empty(rest.shape, dtype=rest.dtype)   # batched, as the value
                 out.copy_(rest)
                 return out
     return rest.clone()

@@ -179,11 +179,11 @@ def test_a_state_in_another_memory_order_is_held_contiguous():
     """Fields given in another memory order (a transposed tensor) come into
     the state contiguous, through load_state, inject and attributes, with
     their values and their gradient path: a compiled step's graphs are
-    traced for contiguous fields, and Inductor's kernels computed other
-    bits for a transposed state (measured: pompy.core.model.Core._tensor)."""
+    traced for contiguous fields (pompy.core.model.Core._tensor)."""
     base = developed()
     record = base.capture()
-    given = {n: _pom2k_order(v) if torch.is_tensor(v) and v.dim() > 1 else v for n, v in record.items()}
+    given = {n: _pom2k_order(v) if torch.is_tensor(v) and v.dim() > 1 else v
+             for n, v in record.items()}
     assert not given["t"].is_contiguous() and not given["el"].is_contiguous()
     core = ExplicitCore(tiny())
     core.load_state(given, iint=record["iint"])

@@ -512,41 +512,77 @@ def test_put_gradients_vmap_and_tangents(a):
     assert torch.equal(jvp, ops.put(torch.zeros_like(a), torch.ones_like(value), i=(2, 4), k=(1, 2)))
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_puts_is_the_writes_in_order_against_numpy(dtype):
-    """puts writes each value on its ranges in order (a later write over an
-    earlier one where they overlap), rest's bits elsewhere, into one new
-    tensor; numbers and broadcasting values as put takes them. Checked
-    against numpy's slice assignments (NaN, inf and signed zeros included)."""
-    old = _special((6, 5, 4), dtype, 3)
-    v1, v2 = _special((2, 3, 4), dtype, 4), _special((6,), dtype, 5)
-    writes = ((v1, dict(i=(1, 2), j=(2, 4))), (-0.0, dict(i=(2, 5), j=(1, 1), k=(2, 3))),
-              (v2[:, None, None], dict(j=(5, 5), k=(4, 4))), (v2[:4, None, None], dict(i=(2, 5), j=(3, 3))))
+def _puts_writes(v1, v2):
+    """Four writes for puts: numbers, broadcasting values, the last over the
+    first at i = 2, j = 3."""
+    return ((v1, dict(i=(1, 2), j=(2, 4))), (-0.0, dict(i=(2, 5), j=(1, 1), k=(2, 3))),
+            (v2[:, None, None], dict(j=(5, 5), k=(4, 4))),
+            (v2[:4, None, None], dict(i=(2, 5), j=(3, 3))))
+
+
+def _numpy_writes(old, v1, v2):
+    """The same writes as numpy's slice assignments (0-based, end excluded)."""
     want = old.numpy().copy()
     want[0:2, 1:4] = v1.numpy()
     want[1:5, 0:1, 1:3] = -0.0
     want[:, 4:5, 3:4] = v2.numpy()[:, None, None]
-    want[1:5, 2:3] = v2.numpy()[:4, None, None]        # over the first write at i = 2, j = 3
+    want[1:5, 2:3] = v2.numpy()[:4, None, None]
+    return want
+
+
+def _puts_values(dtype, seed):
+    return (_special((6, 5, 4), dtype, seed), _special((2, 3, 4), dtype, seed + 1),
+            _special((6,), dtype, seed + 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_puts_is_the_writes_in_order_against_numpy(dtype):
+    """puts writes each value on its ranges in order (a later write over an
+    earlier one where they overlap), rest's bits elsewhere, into one new
+    tensor; numbers and broadcasting values as put takes them; the same
+    traced by Dynamo. Checked against numpy's slice assignments (NaN, inf
+    and signed zeros included); an unknown range name is an error, a list
+    as a range is read as the tuple (uncached)."""
+    old, v1, v2 = _puts_values(dtype, 3)
+    writes, want = _puts_writes(v1, v2), _numpy_writes(old, v1, v2)
     got = ops.puts(old, *writes)
     assert _same_bits(got.numpy(), want) and got.data_ptr() != old.data_ptr()
-    assert _same_bits(old.numpy(), _special((6, 5, 4), dtype, 3).numpy())      # rest untouched
+    assert _same_bits(old.numpy(), _puts_values(dtype, 3)[0].numpy())      # rest untouched
+    traced = torch.compile(lambda r: ops.puts(r, *writes), backend="eager", fullgraph=True)(old)
+    assert _same_bits(traced.numpy(), want)
+    with pytest.raises(TypeError):
+        ops.puts(old, (1.0, dict(i=(1, 2), jj=(1, 1))))
+    want = old.numpy().copy()
+    want[1:3] = 1.0
+    assert _same_bits(ops.put(old, 1.0, i=[2, 3]).numpy(), want)
 
 
-def test_puts_batched_values_gradients_and_tangents(a):
-    """Under torch.vmap a batched value among the writes makes the result
-    batched over an unbatched rest (each member as its own call); gradients
-    reach each value where it was written last and rest elsewhere; forward
-    mode carries the tangents the same way."""
+def test_puts_under_vmap_against_numpy():
+    """Under torch.vmap (an ensemble's members) the writes go over batched
+    rests with unbatched values, and batched values over an unbatched
+    rest: each member as numpy writes it."""
+    members = [_puts_values(torch.float64, seed) for seed in (3, 13, 23)]
+    old0, v10, v20 = members[0]
+    rests = torch.stack([old for old, _, _ in members])
+    got = torch.vmap(lambda r: ops.puts(r, *_puts_writes(v10, v20)))(rests)
+    for m, (old, _, _) in enumerate(members):
+        assert _same_bits(got[m].numpy(), _numpy_writes(old, v10, v20))
+    v1s, v2s = torch.stack([v1 for _, v1, _ in members]), torch.stack([v2 for _, _, v2 in members])
+    got = torch.vmap(lambda v1, v2: ops.puts(old0, *_puts_writes(v1, v2)))(v1s, v2s)
+    for m, (_, v1, v2) in enumerate(members):
+        assert _same_bits(got[m].numpy(), _numpy_writes(old0, v1, v2))
+
+
+def test_puts_gradients_and_tangents(a):
+    """Gradients reach each value where it was written last and rest
+    elsewhere (gradcheck against finite differences); forward mode
+    carries the tangents the same way."""
     def f(r, v, w):
         return ops.puts(r, (v, dict(i=(2, 4), k=(1, 2))), (w, dict(i=(4, 5), j=(2, 2))))
     value = torch.rand(3, 4, 2, dtype=torch.float64, requires_grad=True)
     w = torch.rand(2, 1, 3, dtype=torch.float64, requires_grad=True)
     rest = a.clone().requires_grad_()
     assert torch.autograd.gradcheck(f, (rest, value, w))
-    members = torch.rand(4, 2, 1, 3, dtype=torch.float64)
-    batched = torch.vmap(lambda m: f(a, value.detach(), m))(members)
-    for m in range(4):
-        assert torch.equal(batched[m], f(a, value.detach(), members[m]))
     ones = (torch.zeros_like(a), torch.ones_like(value), torch.full_like(w, 2.0))
     jvp = torch.func.jvp(f, (a, value.detach(), w.detach()), ones)[1]
     assert torch.equal(jvp, f(*ones))

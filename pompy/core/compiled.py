@@ -72,8 +72,8 @@ _CHECK = ("vamax", "imax", "jmax")
 # the internal graph's flag: whether the new state's prognostic fields are
 # finite (stepping.finite fused into the graph; Core._pass reads it)
 FINITE = "finite"
-# pompy.calls' binders are lru_cached pure functions of their strings, which
-# Dynamo traces through (and warns of)
+# pompy.calls' binders and pompy.ops' slices of a range are lru_cached pure
+# functions of their arguments, which Dynamo traces through (and warns of)
 _LRU_WARNING = "Dynamo detected a call to a `functools.lru_cache`-wrapped function"
 # the implicit scheme's PCG reads its residual on the host (its early exit):
 # a graph break by design, which Dynamo's log would report at length

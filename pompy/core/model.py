@@ -65,7 +65,7 @@ from pompy.autodiff.policies import (GradientPolicyConfig, captured_policies, la
 from pompy.calls import apply
 from pompy.config import Config, nint, parameters
 from pompy.core import setup, stepping
-from pompy.core.compiled import FINITE, StepGraphs
+from pompy.core.compiled import _LRU_WARNING, FINITE, StepGraphs
 from pompy.errors import CFLViolation, ModelStop, NonFiniteState, NotConverged
 
 # what a checkpointed step keeps and passes on: every field but the work
@@ -98,7 +98,9 @@ def _compiled(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(**kwargs):
-        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
+        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT), \
+                warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_LRU_WARNING)
             return compiled(**kwargs)
     return wrapper
 
@@ -351,7 +353,8 @@ class Core:
             if torch.is_tensor(value) and (value.dtype, value.device) != (self.dtype, self.device):
                 value = self._tensor(name, value, tuple(value.shape))
             elif torch.is_tensor(value):
-                value = value.contiguous()      # itself where it is (a leaf stays the leaf)
+                # a copy only where not contiguous: a contiguous leaf stays that leaf
+                value = value.contiguous()
             self.state[name] = value
         else:
             object.__setattr__(self, name, value)
@@ -390,8 +393,8 @@ class Core:
         (autograd kept: a tensor that requires grad in another dtype is
         converted with a warning, its gradient then flows back through the
         rounding). Contiguous, as every field pompy makes: a compiled step's
-        graphs are traced for that layout, and Inductor's kernels for another
-        (a transposed state, measured) compute other bits than eager's."""
+        graphs are traced for that layout (another compiles them again, and
+        a transposed state's ran 16% slower)."""
         if isinstance(value, np.ndarray):
             value = torch.from_numpy(np.ascontiguousarray(value))
         value = torch.as_tensor(value)
@@ -403,7 +406,8 @@ class Core:
             warnings.warn(f"pompy: {name} is {value.dtype} and requires grad; this {self.dtype} "
                           f"core converts it (its gradient comes back through the conversion)",
                           stacklevel=3)
-        return value.to(device=self.device, dtype=self.dtype).clone(memory_format=torch.contiguous_format)
+        value = value.to(device=self.device, dtype=self.dtype)
+        return value.clone(memory_format=torch.contiguous_format)
 
     def _start(self, iint: int, time0: float) -> None:
         """Step counters and fresh bookkeeping after the state was set."""
