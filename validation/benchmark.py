@@ -21,7 +21,7 @@ compiled), on the C allocator `pompy run` has (tcmalloc where the
 machine has it; POMPY_ALLOCATOR=system for the system's: pompy.utils.allocator).
 The machine's load average (1 min) is printed with each measurement.
 
-Four Markdown tables go to stdout:
+Five Markdown tables go to stdout:
 
 - ms per internal step (the median of the rounds; the oracle's over all its
   windows), the ratio to the oracle (the median of the rounds' ratios,
@@ -47,7 +47,13 @@ Four Markdown tables go to stdout:
 - torch calls per step of the eager rows: every torch function, tensor
   method, operator and tensor property the step calls (a
   TorchFunctionMode), and the ATen operators the dispatcher runs for them
-  (torch.profiler, nested operators included).
+  (torch.profiler, nested operators included);
+- the same counted step's calls by the data they touch, each call's own
+  time summed (calls, ms, and ms as a multiple of the oracle's step
+  beside the row): arithmetic on 3-D fields (whole-field passes, where
+  the Fortran evaluates an expression in one loop), copies and selects of
+  3-D fields, calls on 2-D fields or smaller, views and metadata (each
+  call timed alone, the counting's own work outside it).
 
 With ``--device cuda`` the float64 GPU state after the timed steps is also
 compared with a CPU run of the same steps (largest difference of a
@@ -250,27 +256,60 @@ def phase_times(core, steps: int, device: str) -> dict[str, float]:
     return ms
 
 
-class CallCount(TorchFunctionMode):
-    """Every torch function, method, operator and property called."""
+# what the eager step's calls touch (CallCount): arithmetic on 3-D fields
+# (whole-field passes, which the Fortran fuses into one loop an expression),
+# copies and selects of 3-D fields, calls on 2-D fields or smaller (each
+# mostly its own overhead), views and metadata
+ARITHMETIC_3D, COPIES_3D, SMALL, VIEWS = ("3-D arithmetic", "3-D copies and selects",
+                                          "2-D and smaller", "views and metadata")
+DATA_CLASSES = (ARITHMETIC_3D, COPIES_3D, SMALL, VIEWS)
+_VIEW_CALLS = frozenset({"__getitem__", "narrow", "unbind", "split", "permute", "t", "view",
+                         "unsqueeze", "expand", "__get__", "select", "reshape", "size", "dim",
+                         "is_contiguous", "detach", "__len__"})
+_COPY_CALLS = frozenset({"clone", "cat", "stack", "contiguous", "__setitem__", "new_full",
+                         "zeros_like", "copy_", "pad", "full_like", "new_empty", "where", "flip"})
 
-    def __init__(self):
+
+class CallCount(TorchFunctionMode):
+    """Every torch function, method, operator and property called, and each
+    call's own time by the data it touches (DATA_CLASSES): a 3-D field is
+    any tensor of more than ``plane`` (im*jm) elements among its operands
+    and result."""
+
+    def __init__(self, plane: int):
         super().__init__()
-        self.calls = 0
+        self.calls, self.plane = 0, plane
+        self.seconds: collections.Counter = collections.Counter()
+        self.count: collections.Counter = collections.Counter()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.calls += 1
-        return func(*args, **(kwargs or {}))
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        spent = time.perf_counter() - start
+        name = getattr(func, "__name__", "")
+        if name in _VIEW_CALLS:
+            kind = VIEWS
+        else:
+            tensors = [a for a in (*args, out) if torch.is_tensor(a)]
+            tensors += [t for a in args if isinstance(a, (list, tuple)) for t in a if torch.is_tensor(t)]
+            large = any(t.numel() > self.plane for t in tensors)
+            kind = SMALL if not large else COPIES_3D if name in _COPY_CALLS else ARITHMETIC_3D
+        self.seconds[kind] += spent
+        self.count[kind] += 1
+        return out
 
 
-def count_calls(core, device: str) -> tuple[int, int]:
-    """(torch calls, ATen operators) of one more step."""
-    counter = CallCount()
+def count_calls(core, device: str) -> tuple[int, int, CallCount]:
+    """(torch calls, ATen operators) of one more step, and the counter
+    (its calls' time by data class, that step's)."""
+    counter = CallCount(core.config.im * core.config.jm)
     with counter:
         run(core, 1, device)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         run(core, 1, device)
     aten = sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
-    return counter.calls, aten
+    return counter.calls, aten, counter
 
 
 def output_record_ms(core, device: str, steps_between: int, records: int = 3) -> tuple[float, float]:
@@ -371,7 +410,7 @@ def main(argv=None) -> None:
                 if not compile:     # hooks inside whole-step graphs would break them
                     phases.append((spec, label, phase_times(core, args.steps, args.device),
                                    load()))
-                    calls.append((spec, label, *count_calls(core, args.device)))
+                    calls.append((spec, label, *count_calls(core, args.device), beside))
                 if dtype == torch.float64 and not compile:
                     every = len(record_steps(config, 1, 1000)) / 1000
                     between = min(round(1 / every), 10)
@@ -398,8 +437,17 @@ def main(argv=None) -> None:
     print()
     print("| grid | model | torch calls / step | ATen operators / step |")
     print("|---|---|---|---|")
-    for spec, label, torch_calls, aten in calls:
+    for spec, label, torch_calls, aten, _, _ in calls:
         print(f"| {spec} | {label} | {torch_calls} | {aten} |")
+    print()
+    print("| grid | model | " + " | ".join(f"{kind}: calls, ms, x oracle" for kind in DATA_CLASSES)
+          + " |")
+    print("|---|---|" + "---|" * len(DATA_CLASSES))
+    for spec, label, _, _, counter, beside in calls:
+        step = beside * 1e3         # the oracle's step beside the row's windows
+        print(f"| {spec} | {label} | " + " | ".join(
+            f"{counter.count[kind]}, {counter.seconds[kind] * 1e3:.1f}, "
+            f"{counter.seconds[kind] * 1e3 / step:.2f}" for kind in DATA_CLASSES) + " |")
     for spec, label, steps, worst in parity:
         print(f"\n{spec} {label}: after {steps} steps, the largest prognostic difference from "
               f"float64 CPU is {worst:.2e} of the field's largest magnitude")
