@@ -35,6 +35,7 @@ in force; gradients equal eager's to the last bit (aot_eager, tests).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from collections.abc import Callable, Hashable, Mapping
@@ -121,6 +122,7 @@ class StepGraphs:
     def __init__(self, core):
         self.core = core
         self._graphs: dict[Hashable, Callable] = {}
+        self._entered = False       # inside _calling
 
     def records_gradients(self) -> bool:
         """Whether the graphs may serve a step autograd records: where every
@@ -168,25 +170,42 @@ class StepGraphs:
         p = {**p, **{k: torch.tensor(float(p[k]), dtype=torch.float64, device=self.core.device)
                      for k in MEMBER_PARAMS if k in p and not torch.is_tensor(p[k])}}
         inputs = (*state.values(), ramp, *(v for v in p.values() if torch.is_tensor(v)))
-        recording = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+        requiring = any(t.requires_grad for t in inputs)
+        recording = requiring and torch.is_grad_enabled()
         graph = self._graph(key, fn, names, p, recording)
         if recording:
             inputs = _promoted(names, inputs)
-        else:                   # a tensor left requiring grad by a recorded step: no new version
+        elif requiring:         # a tensor left requiring grad by a recorded step: no new version
             inputs = tuple(t.detach() if t.requires_grad else t for t in inputs)
+        with self._calling():
+            return dict(graph(*inputs))
+
+    @contextlib.contextmanager
+    def _calling(self):
+        """What a graph call runs under, entered once for all the calls of a
+        pass (some 80 us a time): the recompile limit, Dynamo's warnings
+        and log records that pompy expects filtered, and Inductor's
+        correctly rounded CPU sqrt (pompy.ops.hardware_sqrt; Dynamo's eager
+        backend runs ATen's, which is not)."""
+        if self._entered:
+            yield
+            return
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
-                warnings.catch_warnings():
+                warnings.catch_warnings(), hardware_sqrt(BACKEND == "inductor"):
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
             _DYNAMO_TENSOR_LOG.addFilter(_without_item_break)
+            self._entered = True
             try:
-                # Inductor's CPU sqrt is correctly rounded; Dynamo's eager
-                # backend runs ATen's, which is not (pompy.ops.hardware_sqrt)
-                with hardware_sqrt(BACKEND == "inductor"):
-                    return dict(graph(*inputs))
+                yield
             finally:
+                self._entered = False
                 _DYNAMO_TENSOR_LOG.removeFilter(_without_item_break)
 
     def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
+        with self._calling():
+            return self._external_pass(state, p, routines)
+
+    def _external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
         core, part = self.core, self.core.external
         if not hasattr(part, "passes"):
             return self._call(("external", *routines.values()),
