@@ -183,10 +183,9 @@ def setup(args: argparse.Namespace) -> int:
             print("pompy setup: gfortran is not installed. Install it with:", file=sys.stderr)
             print(GFORTRAN_INSTALL)
             return 2
-        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "gfortran"]):
-            if subprocess.run(command, env=env).returncode != 0:
-                print(f"pompy setup: {' '.join(command)} failed", file=sys.stderr)
-                return 1
+        if not _apt_install("gfortran", env):
+            print("pompy setup: apt-get install -y gfortran failed", file=sys.stderr)
+            return 1
     if allocator.tcmalloc_path() is None:
         if os.geteuid() == 0 and shutil.which("apt-get") is not None and _apt_install(TCMALLOC_PACKAGE, env):
             print(f"pompy setup: installed {TCMALLOC_PACKAGE} (tcmalloc: pompy's CPU steps run "

@@ -78,6 +78,25 @@ def test_setup_without_gfortran_and_root_prints_the_command(monkeypatch, capsys)
     assert capsys.readouterr().out == "sudo apt-get install -y gfortran\n"
 
 
+def test_setup_as_root_installs_gfortran_with_apt_get(monkeypatch, capsys):
+    """gfortran missing, as root: apt-get installs it (an update first
+    where the lists lack it); where that fails, one line and exit 1."""
+    commands, results = [], iter([1, 0, 0, 1, 1, 1])   # install, update, install; then all fail
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None if name == "gfortran" else name)
+    monkeypatch.setattr(cli.allocator, "tcmalloc_path", lambda: "/usr/lib/libtcmalloc_minimal.so.4")
+    monkeypatch.setattr("pompy.oracle.build.build", lambda verbose: Path("/x/o.so"))
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli.subprocess, "run",
+                        lambda command, env: commands.append(command)
+                        or subprocess.CompletedProcess(command, next(results)))
+    assert cli.main(["setup"]) == 0
+    install = ["apt-get", "install", "-y", "gfortran"]
+    assert commands == [install, ["apt-get", "update"], install]
+    capsys.readouterr()
+    assert cli.main(["setup"]) == 1
+    assert capsys.readouterr().err == "pompy setup: apt-get install -y gfortran failed\n"
+
+
 def test_setup_installs_tcmalloc_as_root_or_says_how(monkeypatch, capsys):
     """gfortran present, tcmalloc missing: as root, apt-get installs it
     (an update first where the lists lack it); otherwise one line says how,

@@ -210,16 +210,16 @@ def test_the_velocity_check_takes_pom2ks_last_maximum(dtype):
         vaf = rng.integers(-3, 4, size=(7, 5)).astype(np.float64)   # many ties
         cases.append(vaf)
     cases.append(np.zeros((7, 5)))
+    wanted = []
     for vaf in cases:
         vamax, imax, jmax = 0.0, 1, 1
         for j in range(vaf.shape[1]):
             for i in range(vaf.shape[0]):
                 if abs(vaf[i, j]) >= vamax:
                     vamax, imax, jmax = abs(vaf[i, j]), i + 1, j + 1
+        wanted.append((vamax, imax, jmax))
         got = split._vel_check(torch.tensor(vaf, dtype=dtype))
         assert (float(got[0]), int(got[1]), int(got[2])) == (vamax, imax, jmax)
-    batch = torch.tensor(np.stack(cases[:4]), dtype=dtype)
-    together = torch.vmap(split._vel_check)(batch)
+    together = torch.vmap(split._vel_check)(torch.tensor(np.stack(cases[:4]), dtype=dtype))
     for m in range(4):
-        alone = split._vel_check(batch[m])
-        assert [float(together[n][m]) for n in range(3)] == [float(x) for x in alone]
+        assert (float(together[0][m]), int(together[1][m]), int(together[2][m])) == wanted[m]

@@ -122,7 +122,6 @@ class StepGraphs:
     def __init__(self, core):
         self.core = core
         self._graphs: dict[Hashable, Callable] = {}
-        self._entered = False       # inside _calling
 
     def records_gradients(self) -> bool:
         """Whether the graphs may serve a step autograd records: where every
@@ -177,28 +176,23 @@ class StepGraphs:
             inputs = _promoted(names, inputs)
         elif requiring:         # a tensor left requiring grad by a recorded step: no new version
             inputs = tuple(t.detach() if t.requires_grad else t for t in inputs)
-        with self._calling():
-            return dict(graph(*inputs))
+        return dict(graph(*inputs))
 
     @contextlib.contextmanager
     def _calling(self):
-        """What a graph call runs under, entered once for all the calls of a
-        pass (some 80 us a time): the recompile limit, Dynamo's warnings
-        and log records that pompy expects filtered, and Inductor's
-        correctly rounded CPU sqrt (pompy.ops.hardware_sqrt; Dynamo's eager
-        backend runs ATen's, which is not)."""
-        if self._entered:
-            yield
-            return
+        """What _call's graphs run under, entered once by external_pass and
+        internal_pass for all their calls (some 80 us a time): the
+        recompile limit, Dynamo's warnings and log records that pompy
+        expects filtered, and Inductor's correctly rounded CPU sqrt
+        (pompy.ops.hardware_sqrt; Dynamo's eager backend runs ATen's, which
+        is not)."""
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
                 warnings.catch_warnings(), hardware_sqrt(BACKEND == "inductor"):
             warnings.filterwarnings("ignore", message=_LRU_WARNING)
             _DYNAMO_TENSOR_LOG.addFilter(_without_item_break)
-            self._entered = True
             try:
                 yield
             finally:
-                self._entered = False
                 _DYNAMO_TENSOR_LOG.removeFilter(_without_item_break)
 
     def external_pass(self, state: Mapping, p: dict, routines: Mapping) -> dict:
@@ -230,4 +224,5 @@ class StepGraphs:
         def internal(s, q):
             s = stepping.end_of_step(stepping.internal_step(s, q, routines))
             return {**s, FINITE: stepping.finite(s)}
-        return self._call(("internal", *routines.values()), internal, s, p)
+        with self._calling():
+            return self._call(("internal", *routines.values()), internal, s, p)
