@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 
 from pompy import __version__
-from pompy.config import (CORES, DERIVED, POLICY_GROUP, Config, load_config, namelist_literal,
-                          pom2k_fields)
+from pompy import cores
+from pompy.config import DERIVED, POLICY_GROUP, Config, load_config, namelist_literal, pom2k_fields
 from pompy.errors import InputError, Interrupted, ModelStop
 from pompy.utils import allocator
 
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run_cmd = commands.add_parser("run", help="run a case")
     add_config_arguments(run_cmd)
-    run_cmd.add_argument("--core", choices=CORES, default="explicit",
+    run_cmd.add_argument("--core", choices=cores.RUNNABLE, default=cores.DEFAULT,
                          help="the torch core (explicit, default) or the Fortran oracle")
     run_cmd.add_argument("--device", default="cpu", help="torch device of the explicit core: cpu, cuda, cuda:N")
     run_cmd.add_argument("--dtype", choices=("float64", "float32"), default="float64",
@@ -113,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_arguments(generate_cmd)
     generate_cmd.set_defaults(handler=generate_command)
 
+    from pompy.train.options import DESCRIPTION as TRAIN_DESCRIPTION, add_arguments as add_train_arguments
+
+    train_cmd = commands.add_parser("train", help="train neural correctors through a verified torch "
+                                    "core (torchrun --nproc_per_node=N -m pompy train ...)",
+                                    description=TRAIN_DESCRIPTION)
+    add_train_arguments(train_cmd)
+    train_cmd.set_defaults(handler=train_command)
+
     verify_cmd = commands.add_parser(
         "verify", help="check a torch core against the Fortran oracle (parity, gradcheck, "
                        "gradient policies) and write the certificate the trainer requires")
@@ -120,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="the grid and parameters to verify on")
     verify_cmd.add_argument("--set", action="append", metavar="NAME=VALUE",
                             help="override one parameter, value as in a namelist (repeatable)")
-    verify_cmd.add_argument("--core", choices=("explicit", "implicit"), default="explicit",
+    verify_cmd.add_argument("--core", choices=cores.NAMES, default=cores.DEFAULT,
                             help="the torch core to verify (default explicit)")
     verify_cmd.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
     verify_cmd.add_argument("--dtype", choices=("float64", "float32"), default="float64",
@@ -224,7 +232,8 @@ def run_command(args: argparse.Namespace) -> int:
     output = args.output or Path("output") / args.config.stem
     restart = args.restart
     if restart is None and config.nread == 1:
-        restart = latest_restart(output, "oracle_implicit" if args.oracle else args.core)
+        restart = latest_restart(output, cores.get(args.core).twin_name if args.oracle
+                                 else args.core)
     if restart is not None and not Path(restart).exists():
         raise InputError(f"restart file {restart} does not exist")
     try:
@@ -248,6 +257,15 @@ def generate_command(args: argparse.Namespace) -> int:
     from pompy.generate import run_command as generate
 
     return generate(args)
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """As ``python -m pompy.train``: the process ends with the status once
+    the trainer is cleaned up (pompy.train.cli._leave: a torchrun rank once
+    hung in Python's teardown), so an in-process caller does not get it back."""
+    from pompy.train.cli import run_parsed
+
+    return run_parsed(args, leave=True)
 
 
 def verify_command(args: argparse.Namespace) -> int:

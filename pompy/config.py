@@ -41,7 +41,6 @@ from pompy.errors import ConfigError
 
 POLICY_GROUP = "gradient_policy"
 TRAIN_GROUP = "train"               # the trainer's options (pompy.train reads them)
-CORES = ("explicit", "implicit", "oracle")      # what `pompy run --core` can run
 
 
 def _param(default: Any, doc: str) -> Any:

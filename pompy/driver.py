@@ -10,8 +10,8 @@ Every core is driven through the same small interface (a "model"):
 ``iint`` (the last step taken), ``time0``, ``advance(last, on_step)``
 (steps iint+1..last, raising :class:`pompy.errors.ModelStop` with
 ``last_good`` set), ``numpy_state()`` (the state as pom2k-ordered float64
-arrays), ``load_state(arrays, iint, time0)`` and ``name``. The driver
-imports the cores; no core imports the driver.
+arrays) and ``load_state(arrays, iint, time0)``. The driver finds the
+cores in their registry (pompy.cores); no core imports the driver.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pompy.config import CORES, Config, nint
-from pompy.core.setup import check_external_cfl, check_internal_cfl
+from pompy import cores
+from pompy.config import Config, nint
 from pompy.errors import InputError, Interrupted, ModelStop
 from pompy.io import OutputWriter, Restart, estimate_output_bytes, read_restart, write_restart
 from pompy.resources import available_bytes, estimate_run_bytes, gigabytes
@@ -60,15 +60,18 @@ def record_steps(config: Config, first: int, last: int) -> list[int]:
 
 
 def check_device(core: str, device: str, dtype: str, fortran_math: bool = False) -> None:
-    """InputError unless the core can run on ``device`` in ``dtype``."""
-    if core not in CORES:
-        raise InputError(f"unknown core {core!r}: one of {', '.join(CORES)}")
-    if (core == "oracle" or fortran_math) and (device != "cpu" or dtype != "float64"):
-        what = "the oracle" if core == "oracle" else "--fortran-math"
+    """InputError unless the core (a torch core of pompy.cores, or
+    "oracle") can run on ``device`` in ``dtype``."""
+    oracle = core == cores.ORACLE
+    if not oracle and core not in cores.CORES:
+        raise InputError(f"unknown core {core!r}: one of {', '.join(cores.RUNNABLE)}")
+    if (oracle or fortran_math) and (device != "cpu" or dtype != "float64"):
+        what = "the oracle" if oracle else "--fortran-math"
         raise InputError(f"{what} runs on the CPU in float64 only (got --device {device} "
                          f"--dtype {dtype})")
-    if fortran_math and core not in ("explicit", "implicit"):
-        raise InputError("--fortran-math is for the torch cores (--core explicit or implicit)")
+    if fortran_math and (oracle or not cores.get(core).fortran_math):
+        raise InputError(f"--fortran-math is for the torch cores (--core "
+                         f"{' or '.join(n for n, s in cores.CORES.items() if s.fortran_math)})")
     import torch
 
     try:
@@ -84,8 +87,9 @@ def check_device(core: str, device: str, dtype: str, fortran_math: bool = False)
 def check_compile(core: str, fortran_math: bool = False) -> None:
     """InputError where --compile cannot serve: the oracle, and
     fortran_math's host callbacks (whose steps run eagerly)."""
-    if core == "oracle":
-        raise InputError("--compile is for the torch cores (--core explicit or implicit), "
+    if core == cores.ORACLE or not cores.get(core).compile:
+        raise InputError(f"--compile is for the torch cores (--core "
+                         f"{' or '.join(n for n in cores.NAMES if cores.get(n).compile)}), "
                          "not the Fortran oracle")
     if fortran_math:
         raise InputError("--compile and --fortran-math do not go together: pompy.compat."
@@ -97,38 +101,36 @@ COMPILING = ("compiling the step graphs (torch.compile): minutes at the first ru
              "and precision, seconds once Inductor's cache (TORCHINDUCTOR_CACHE_DIR) holds them")
 
 
-def make_model(config: Config, core: str = "explicit", device: str = "cpu",
+def make_model(config: Config, core: str = cores.DEFAULT, device: str = "cpu",
                dtype: str = "float64", restart: Path | Restart | None = None,
                check_cfl: bool = False, oracle: bool = False, check_every: int = 1,
                compile: bool = False):
     """A set-up model of ``core`` (one set-up), with ``check_cfl`` its CFL
     limit checked on that set-up (as `pompy run` does), at iint 0 or at
-    the step of the restart (a file, or one read_restart gave). ``oracle``
-    with core "implicit": the implicit core's Fortran twin. A torch core
+    the step of the restart (a file, or one read_restart gave). ``oracle``:
+    the torch core's Fortran twin (``core="oracle"``: the default core's). A torch core
     reads its stop checks every ``check_every`` steps (Core.check_every)
     and with ``compile`` runs its steps as whole-step graphs
     (pompy.core.compiled)."""
-    check_device("oracle" if oracle else core, device, dtype)
+    twin = core == cores.ORACLE or oracle
+    spec = cores.get(cores.DEFAULT if core == cores.ORACLE else core)
+    check_device(cores.ORACLE if twin else core, device, dtype)
     if compile:
-        check_compile("oracle" if oracle else core)
-    if check_every != 1 and (core == "oracle" or oracle):
+        check_compile(cores.ORACLE if twin else core)
+    if check_every != 1 and twin:
         raise InputError("--check-every is for the torch cores (the Fortran checks every step)")
-    if core == "oracle" or oracle:
+    if twin:
         from pompy.oracle.driver import OracleModel
 
-        model = OracleModel(config, scheme="implicit" if core == "implicit" else "explicit")
+        model = OracleModel(config, core=spec.name)
     else:
         import torch
 
-        from pompy.core.explicit import ExplicitCore
-        from pompy.core.implicit import ImplicitCore
-
-        kind = ImplicitCore if core == "implicit" else ExplicitCore
-        model = kind(config, device=device, dtype=getattr(torch, dtype), check_every=check_every,
-                     compile=compile)
+        model = spec.make(config, device=device, dtype=getattr(torch, dtype),
+                          check_every=check_every, compile=compile)
         model.run_initialization()
     if check_cfl:                                   # the set-up's own grid, not a copy
-        (check_internal_cfl if core == "implicit" else check_external_cfl)(config, model.state)
+        spec.check_cfl(config, model.state)
     if restart is not None:
         saved = restart if isinstance(restart, Restart) else read_restart(restart, config)
         model.load_state(model.numpy_state() | saved.state, iint=saved.iint, time0=saved.time0)
@@ -178,7 +180,7 @@ def prepare_output(output_dir: Path, files: tuple[Path, ...], overwrite: bool) -
 def check_memory(config: Config, core: str, dtype: str, force: bool, members: int = 1) -> int:
     """The estimated peak memory of the run (of ``members`` run together);
     InputError if more than is available, unless ``force``."""
-    need = estimate_run_bytes(config, core, dtype, members=members)
+    need = estimate_run_bytes(config, cores.is_twin(core), dtype, members=members)
     have = available_bytes()
     if have is not None and need > have and not force:
         together = f" ({members} members together)" if members > 1 else ""
@@ -235,7 +237,7 @@ class Progress:
             self.bar.close()
 
 
-def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: int | None = None,
+def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps: int | None = None,
              restart: Path | Restart | None = None, device: str = "cpu", dtype: str = "float64",
              progress: bool = True, check_cfl: bool = False, overwrite: bool = False,
              force: bool = False, fortran_math: bool = False, oracle: bool = False,
@@ -247,25 +249,25 @@ def run_case(config: Config, output_dir: Path, core: str = "explicit", steps: in
     a signal the restart holds the last good step and the raised ModelStop
     or Interrupted names it. ``compile``: whole-step graphs (torch.compile).
     Returns the model."""
-    if oracle and core != "implicit":
-        raise InputError("--oracle goes with --core implicit (its Fortran twin); the explicit "
-                         "Fortran driver is --core oracle")
-    check_device("oracle" if oracle else core, device, dtype, fortran_math)
+    if oracle and core in (cores.ORACLE, cores.DEFAULT):
+        raise InputError(f"--oracle goes with --core {' or '.join(cores.NAMES[1:])} (its Fortran "
+                         f"twin); the {cores.DEFAULT} core's Fortran driver is --core oracle")
+    check_device(cores.ORACLE if oracle else core, device, dtype, fortran_math)
     if compile:
-        check_compile("oracle" if oracle else core, fortran_math)
+        check_compile(cores.ORACLE if oracle else core, fortran_math)
     # a Restart object is the caller's own state (not validated as a file is)
     saved = restart if restart is None or isinstance(restart, Restart) else read_restart(restart, config)
     first = saved.iint + 1 if saved is not None else 1
     last = first - 1 + (steps if steps is not None else config.iend)
     output_dir = Path(output_dir)
-    name = "oracle_implicit" if oracle else core          # the files' prefix
+    name = cores.get(core).twin_name if oracle else core          # the files' prefix
     out_path, restart_path = output_files(output_dir, name, first)
     if isinstance(restart, (str, Path)) and Path(restart).resolve() in (out_path.resolve(),
                                                                        restart_path.resolve()):
         raise InputError(f"the restart to continue from, {restart}, is a file this run would "
                          "write (it continues from its own step); give another --output")
     prepare_output(output_dir, (out_path, restart_path), overwrite)
-    check_memory(config, "oracle" if oracle else core, dtype, force)
+    check_memory(config, name, dtype, force)
     records = record_steps(config, first, last)
     size = estimate_output_bytes(config, len(records))
     if progress and size > 1e9:
@@ -305,7 +307,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
 
     attributes = {"core": core, "elementary_functions": (
         "pom2k's (gfortran) via pompy.compat.fortran_math: bit for bit with Fortran"
-        if fortran_math else "gfortran's (the oracle)" if core.startswith("oracle") else "torch's"),
+        if fortran_math else "gfortran's (the oracle)" if cores.is_twin(core) else "torch's"),
         "torch_compile": COMPILED if getattr(model, "graphs", None) is not None else "none"}
 
     def save(state: dict, iint: int) -> Path:

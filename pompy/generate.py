@@ -52,8 +52,8 @@ own ``DIR/dataset_rank<RANK>.nc``; no process group is made (the ranks do
 not talk). pompy.dataset.SnapshotDataset combines the files. With
 ``--device cuda`` a rank runs on ``cuda:LOCAL_RANK``.
 
-The core comes from :data:`CORES` (name -> the Core subclass and its CFL
-check on the set-up); any core on pompy.core.model.Core works, as only
+The core comes from the registry (pompy.cores: name -> the Core subclass,
+its CFL check on the set-up, what it supports); any core on pompy.core.model.Core works, as only
 Core's interface is used (run_initialization, capture, snapshot, restore,
 inject, run_generation_day). Before anything runs the command checks the
 schedule, the output folder (an existing dataset is refused without
@@ -69,27 +69,23 @@ if __name__ == "__main__":      # torchrun's workers: tcmalloc before torch load
     reexec()
 
 import argparse
-import inspect
 import math
 import os
 import shutil
 import sys
 import time as _time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from pompy import __version__, variables
+from pompy import __version__, cores, variables
 from pompy.calls import apply
 from pompy.config import Config, load_config
-from pompy.core.explicit import ExplicitCore
 from pompy.core.model import Core, forward_only
 from pompy.core.ensemble import Ensemble
-from pompy.core.implicit import ImplicitCore
-from pompy.core.setup import check_external_cfl, check_internal_cfl
 from pompy.dataset import FORMAT, dataset_file, grid_fields, state_fields
 from pompy.driver import COMPILED, COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
@@ -98,14 +94,6 @@ from pompy.provenance import source_hash
 from pompy.resources import gigabytes
 
 
-class CoreKind(NamedTuple):
-    core: type[Core]                            # a Core subclass: cls(config, device=, dtype=)
-    check_cfl: Callable[[Config, Mapping], None]  # its CFL check on the set-up, before step 1
-
-
-# The cores `pompy generate --core` runs, by name: one line per core.
-CORES: dict[str, CoreKind] = {"explicit": CoreKind(ExplicitCore, check_external_cfl),
-                              "implicit": CoreKind(ImplicitCore, check_internal_cfl)}
 PERTURBATIONS = ("ic", "wind")
 # --amplitude of each kind when not given
 DEFAULT_AMPLITUDES = {"ic": 0.01,      # degC: well below the seamount's vertical T contrast (~15 degC)
@@ -293,11 +281,11 @@ def _device(device: str, local_rank: int, world: int) -> str:
 
 
 def _set_up(core_name: str, config: Config, device: str, dtype: str, compile: bool = False) -> Core:
-    kind = CORES[core_name]
+    spec = cores.get(core_name)
     options = {"compile": True} if compile else {}       # a registered core may not take it
-    core = kind.core(config, device=device, dtype=getattr(torch, dtype), **options)
+    core = spec.make(config, device=device, dtype=getattr(torch, dtype), **options)
     core.run_initialization()
-    kind.check_cfl(config, core.state)          # the set-up's own grid, as pompy run does
+    spec.check_cfl(config, core.state)          # the set-up's own grid, as pompy run does
     return core
 
 
@@ -334,15 +322,15 @@ def batched(config: Config, core: str, perturb: str, members: int, dtype: str,
     Ensemble.set_member_params), and on the CPU a grid of at most
     BATCH_CELLS cells, where it pays; each member is its single run to the
     last bit either way. On a GPU always (not measured: no GPU has been
-    lent; a batch there fills a device a small grid leaves idle). Not the
-    implicit core (batched, its PCG's early exit gives way to the
-    fixed-budget CG: 0.50x at 21x17x11, 1.32x at 65x49x21, and not the
-    single run's bits), nor float32 wind members (their factor would round
+    lent; a batch there fills a device a small grid leaves idle). Not a
+    core whose registry entry says no ``ensembles`` (the implicit core:
+    batched, its PCG's early exit gives way to the fixed-budget CG: 0.50x
+    at 21x17x11, 1.32x at 65x49x21, and not the single run's bits), nor float32 wind members (their factor would round
     otherwise), nor with ``compile``: compiled graphs do not serve the
     ensemble's vmap, and one compiled core stepping the members in turn is
     faster still."""
     small = torch.device(device).type != "cpu" or config.im * config.jm * config.kb <= BATCH_CELLS
-    return not compile and core == "explicit" and members > 1 and small \
+    return not compile and cores.get(core).ensembles and members > 1 and small \
         and (perturb == "ic" or dtype == "float64")
 
 
@@ -392,8 +380,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     choices, the torchrun split, the schedule, the device, the output
     folder and file, memory and disk."""
     _check_choices(core, members, perturb, amplitude, seed)
-    accepted = inspect.signature(CORES[core].core).parameters.values()
-    if compile and not any(a.name == "compile" or a.kind is a.VAR_KEYWORD for a in accepted):
+    if compile and not cores.get(core).compile:
         raise InputError(f"--compile: the core {core!r} takes no compile option")
     if perturb == "wind" and config.iproblem == 2:
         raise InputError("--perturb wind: the box (iproblem=2) has no wind stress to perturb; "
@@ -404,7 +391,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
                          "would have no member")
     steps, records = schedule(config, days, every)
     device = _device(device, local_rank, world)
-    check_device("explicit", device, dtype)       # any torch core runs where the explicit one does
+    check_device(core, device, dtype)
     mine = list(range(rank, members, world))
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)
@@ -414,7 +401,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     return Plan(path, mine, steps, records, device, rank, world)
 
 
-def generate(config: Config, output_dir: Path, days: float, every: float, core: str = "explicit",
+def generate(config: Config, output_dir: Path, days: float, every: float, core: str = cores.DEFAULT,
              members: int = 1, perturb: str = "ic", amplitude: float | None = None,
              seed: int = 0, device: str = "cpu", dtype: str = "float64", overwrite: bool = False,
              force: bool = False, environ: Mapping[str, str] | None = None,
@@ -474,8 +461,8 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
 
 
 def _check_choices(core: str, members: int, perturb: str, amplitude: float, seed: int) -> None:
-    if core not in CORES:
-        raise InputError(f"--core {core}: one of {', '.join(CORES)}")
+    if core not in cores.CORES:
+        raise InputError(f"--core {core}: one of {', '.join(cores.CORES)}")
     if perturb not in PERTURBATIONS:
         raise InputError(f"--perturb {perturb}: one of {', '.join(PERTURBATIONS)}")
     if members < 1 or seed < 0 or amplitude is None or not (amplitude >= 0
@@ -557,8 +544,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="days between snapshots (a whole number of internal steps dti)")
     parser.add_argument("--output", type=Path, required=True, metavar="DIR",
                         help="folder of the dataset file")
-    parser.add_argument("--core", choices=tuple(CORES), default="explicit",
-                        help="the torch core (default explicit)")
+    parser.add_argument("--core", choices=cores.NAMES, default=cores.DEFAULT,
+                        help=f"the torch core (default {cores.DEFAULT})")
     parser.add_argument("--members", type=int, default=1, help="ensemble size N (default 1)")
     parser.add_argument("--perturb", choices=PERTURBATIONS, default="ic",
                         help="perturbation of members m > 0 (ic: initial temperature noise; "

@@ -32,8 +32,9 @@ from pompy import variables
 from pompy.config import Config
 
 BASE = 350e6                     # Python, torch and pompy imported, with margin
-FACTORS = {("explicit", "float64"): 5.0, ("explicit", "float32"): 4.0,
-           ("oracle", "float64"): 3.0}
+# the state's multiples a run keeps: a torch core's (either scheme) in each
+# precision, the Fortran oracle's (float64 only)
+FACTORS = {("torch", "float64"): 5.0, ("torch", "float32"): 4.0, ("fortran", "float64"): 3.0}
 PER_STEP = {None: 15.4, "routines": 11.5, "steps": 0.13}   # gradients: states kept per step
 
 
@@ -43,16 +44,17 @@ def state_bytes(config: Config, itemsize: int = 8) -> int:
                           for name in variables.ALL)
 
 
-def estimate_run_bytes(config: Config, core: str = "explicit", dtype: str = "float64",
+def estimate_run_bytes(config: Config, fortran: bool = False, dtype: str = "float64",
                        gradient_steps: int = 0, checkpoint: str | None = None,
                        members: int = 1) -> int:
-    """Peak host memory of a run (see the module docstring); with
+    """Peak host memory of a run (see the module docstring) of a torch core
+    or, with ``fortran``, of the Fortran oracle; with
     ``gradient_steps`` > 0, of a forward pass through that many steps whose
     graph is kept for a backward; of ``members`` run as one Ensemble (each
     member's share as a core's: measured 680 MB peak for 8 members of the
     65x49x21 seamount, 1150 MB estimated)."""
     state = state_bytes(config) * members
-    factor = FACTORS.get((core, dtype), FACTORS[("explicit", "float64")])
+    factor = FACTORS[("fortran" if fortran else "torch", dtype)]
     scale = 0.5 if dtype == "float32" else 1.0
     return int(BASE + state * (factor + gradient_steps * PER_STEP[checkpoint] * scale))
 

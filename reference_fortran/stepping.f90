@@ -4,8 +4,10 @@
 !   smagorinsky      the horizontal viscosity aam
 !   vertical_averages  depth integrals of the 3-D terms for the 2-D mode
 !   external_step    one external (2-D) step iext, with its filter
+!   external_mode    the sums for the internal mode and the isplit external steps
 !   internal_step    the internal (3-D) step with filters and shifts
-!   run_steps        the main loop over iint (the driver)
+!   run_steps        the main loop over iint (the driver), with the external mode
+!                    of either scheme (1 mode split, 2 implicit.f90's implicit_step)
 
 subroutine initialize(iproblem, im, jm, kb, kl1, kl2, hmax, slmax, grav, rhoref, &
                       tbias, sbias, small, kappa, z0b, cbcmin, cbcmax, aam_init, &
@@ -705,10 +707,75 @@ subroutine internal_step(im, jm, kb, mode, nadv, nitera, sw, dti, grav, umol, ka
 end subroutine internal_step
 
 
-subroutine run_steps(iint_first, iint_last, time0, iproblem, mode, nadv, nitera, sw, &
-                     isplit, ispadv, dte, grav, umol, kappa, small, rhoref, tbias, sbias, &
+subroutine external_mode(im, jm, kb, isplit, ispadv, mode, dte, grav, alpha, &
+                         smoth, vmaxl, dti, hmax, small, ramp, rfe, rfw, rfn, rfs, &
+                         zz, h, dx, dy, art, aru, arv, cor, fsm, dum, dvm, cbc, &
+                         aam2d, adx2d, ady2d, drx2d, dry2d, wusurf, wvsurf, &
+                         wubot, wvbot, e_atmos, vfluxf, &
+                         ele, elw, eln, els, uabe, uabw, vabn, vabs, &
+                         tbe, tbw, tbn, tbs, sbe, sbw, sbn, sbs, &
+                         u, v, t, s, q2, q2l, uf, vf, w, dt, &
+                         el, elb, elf, ua, uab, uaf, va, vab, vaf, d, etf, egf, &
+                         utf, vtf, advua, advva, fluxua, fluxva, tps, vamax, imax, jmax)
+  ! pom2k's split-explicit external mode of one internal step (the twin of
+  ! SplitExplicit.external_mode): the sums egf, utf, vtf from time level n,
+  ! then isplit passes of external_step; vamax, imax, jmax the last pass's.
+  implicit none
+  integer, intent(in) :: im, jm, kb, isplit, ispadv, mode
+  real(8), intent(in) :: dte, grav, alpha, smoth, vmaxl, dti, hmax, small, ramp
+  real(8), intent(in) :: rfe, rfw, rfn, rfs, zz(kb)
+  real(8), intent(in), dimension(im,jm) :: h, dx, dy, art, aru, arv, cor, fsm, dum, &
+      dvm, cbc, aam2d, adx2d, ady2d, drx2d, dry2d, wusurf, wvsurf, e_atmos, vfluxf, dt
+  real(8), intent(inout) :: wubot(im,jm), wvbot(im,jm)
+  real(8), intent(in) :: ele(jm), elw(jm), eln(im), els(im)
+  real(8), intent(in) :: uabe(jm), uabw(jm), vabn(im), vabs(im)
+  real(8), intent(in) :: tbe(jm,kb), tbw(jm,kb), tbn(im,kb), tbs(im,kb)
+  real(8), intent(in) :: sbe(jm,kb), sbw(jm,kb), sbn(im,kb), sbs(im,kb)
+  real(8), intent(in), dimension(im,jm,kb) :: u, v, t, s, q2, q2l
+  real(8), intent(inout), dimension(im,jm,kb) :: uf, vf, w
+  real(8), intent(inout), dimension(im,jm) :: el, elb, elf, ua, uab, uaf, va, vab, &
+      vaf, d, etf, egf, utf, vtf, advua, advva, fluxua, fluxva, tps
+  real(8), intent(out) :: vamax
+  integer, intent(out) :: imax, jmax
+  real(8) :: ispi, isp2i
+  integer :: i, j, iext
+
+  ispi = 1.d0/dble(isplit)
+  isp2i = 1.d0/(2.d0*dble(isplit))
+  do j = 1, jm
+    do i = 1, im
+      egf(i,j) = el(i,j)*ispi
+    end do
+  end do
+  do j = 1, jm
+    do i = 2, im
+      utf(i,j) = ua(i,j)*(d(i,j) + d(i-1,j))*isp2i
+    end do
+  end do
+  do j = 2, jm
+    do i = 1, im
+      vtf(i,j) = va(i,j)*(d(i,j) + d(i,j-1))*isp2i
+    end do
+  end do
+  do iext = 1, isplit
+    call external_step(iext, im, jm, kb, isplit, ispadv, mode, dte, grav, alpha, &
+                       smoth, vmaxl, dti, hmax, small, ramp, rfe, rfw, rfn, rfs, &
+                       zz, h, dx, dy, art, aru, arv, cor, fsm, dum, dvm, cbc, &
+                       aam2d, adx2d, ady2d, drx2d, dry2d, wusurf, wvsurf, &
+                       wubot, wvbot, e_atmos, vfluxf, &
+                       ele, elw, eln, els, uabe, uabw, vabn, vabs, &
+                       tbe, tbw, tbn, tbs, sbe, sbw, sbn, sbs, &
+                       u, v, t, s, q2, q2l, uf, vf, w, dt, &
+                       el, elb, elf, ua, uab, uaf, va, vab, vaf, d, etf, egf, &
+                       utf, vtf, advua, advva, fluxua, fluxva, tps, vamax, imax, jmax)
+  end do
+end subroutine external_mode
+
+
+subroutine run_steps(iint_first, iint_last, time0, scheme, iproblem, mode, nadv, nitera, &
+                     sw, isplit, ispadv, dte, grav, umol, kappa, small, rhoref, tbias, sbias, &
                      tprni, horcon, smoth, alpha, vmaxl, hmax, lramp, ntp, nbct, nbcs, &
-                     rfe, rfw, rfn, rfs, im, jm, kb, &
+                     rfe, rfw, rfn, rfs, theta, cg_tol, cg_maxiter, im, jm, kb, &
                      z, zz, dz, dzz, h, dx, dy, art, aru, arv, cor, fsm, dum, dvm, cbc, &
                      ele, elw, eln, els, uabe, uabw, vabn, vabs, &
                      tbe, tbw, tbn, tbs, sbe, sbw, sbn, sbs, &
@@ -718,17 +785,30 @@ subroutine run_steps(iint_first, iint_last, time0, iproblem, mode, nadv, nitera,
                      wssurf, swrad, vfluxf, vfluxb, e_atmos, tps, tsurf, ssurf, &
                      u, ub, uf, v, vb, vf, w, t, tb, s, sb, rho, rmean, tclim, sclim, &
                      q2, q2b, q2l, q2lb, l, km, kh, kq, aam, advx, advy, drhox, drhoy, &
-                     a, c, ee, gg, dtef, zflux, iint_done, vamax, imax, jmax)
+                     a, c, ee, gg, dtef, zflux, iint_done, vamax, imax, jmax, &
+                     cg_residual, cg_iters, cg_iters_total, stopped)
   ! pom2k's main loop for iint = iint_first..iint_last, model time
-  ! dti*iint/86400 + time0 days. As pom2k, the internal mode is skipped
-  ! at iint=1 of a cold start (time0=0) and in mode 2. Stops after the
-  ! first step whose last external pass has vamax > vmaxl: iint_done is
-  ! the last step taken, vamax, imax, jmax its velocity check.
+  ! dti*iint/86400 + time0 days, with the external mode of ``scheme``:
+  ! 1 pom2k's mode split (external_mode: isplit passes of dte), 2 the
+  ! semi-implicit free surface (implicit.f90: one implicit_step of dti =
+  ! dte*isplit, solved by conjugate gradients to cg_tol). As pom2k, the
+  ! internal mode is skipped at iint=1 of a cold start (time0=0) and in
+  ! mode 2. Stops after the first step whose velocity check fails (vamax >
+  ! vmaxl: stopped = 1) or else, with scheme 2, whose solver missed cg_tol
+  ! (stopped = 2: not cg_residual <= cg_tol*(1 + 1e-9), NaN included; the
+  ! slack as the torch core's, since the solver stops on |r|**2 <= tol**2
+  ! |b|**2 and |r|/|b| may round a few ulps past tol), the state left as
+  ! that step's external mode left it; stopped = 0 when every step passed.
+  ! iint_done is the last step taken, vamax, imax, jmax (and with scheme
+  ! 2 cg_residual, cg_iters) its checks, cg_iters_total the iterations of
+  ! all steps taken. theta, cg_tol, cg_maxiter are read by scheme 2 only,
+  ! ispadv and alpha by scheme 1 only.
   implicit none
-  integer, intent(in) :: iint_first, iint_last, iproblem, mode, nadv, nitera
-  integer, intent(in) :: isplit, ispadv, lramp, ntp, nbct, nbcs, im, jm, kb
+  integer, intent(in) :: iint_first, iint_last, scheme, iproblem, mode, nadv, nitera
+  integer, intent(in) :: isplit, ispadv, lramp, ntp, nbct, nbcs, cg_maxiter, im, jm, kb
   real(8), intent(in) :: time0, sw, dte, grav, umol, kappa, small, rhoref, tbias, sbias
   real(8), intent(in) :: tprni, horcon, smoth, alpha, vmaxl, hmax, rfe, rfw, rfn, rfs
+  real(8), intent(in) :: theta, cg_tol
   real(8), intent(in) :: z(kb), zz(kb), dz(kb), dzz(kb)
   real(8), intent(in), dimension(im,jm) :: h, dx, dy, art, aru, arv, cor, fsm, dum, &
       dvm, cbc
@@ -744,21 +824,24 @@ subroutine run_steps(iint_first, iint_last, time0, iproblem, mode, nadv, nitera,
   real(8), intent(inout), dimension(im,jm,kb) :: u, ub, uf, v, vb, vf, w, t, tb, s, sb, &
       rho, q2, q2b, q2l, q2lb, l, km, kh, kq, aam, advx, advy, drhox, drhoy, &
       a, c, ee, gg, dtef, zflux
-  integer, intent(out) :: iint_done, imax, jmax
-  real(8), intent(out) :: vamax
-  real(8) :: pi, period, dti, ispi, isp2i, time, ramp
-  integer :: i, j, iint, iext
+  integer, intent(out) :: iint_done, imax, jmax, cg_iters, cg_iters_total, stopped
+  real(8), intent(out) :: vamax, cg_residual
+  real(8), parameter :: slack = 1.d0 + 1.d-9
+  real(8) :: pi, period, dti, time, ramp
+  integer :: i, j, iint
 
   pi = atan(1.d0)*4.d0
   dti = dte*dble(isplit)
-  ispi = 1.d0/dble(isplit)
-  isp2i = 1.d0/(2.d0*dble(isplit))
   ! inertial period for the ramp
   period = (2.d0*pi)/abs(cor(im/2,jm/2))/86400.d0
   iint_done = iint_first - 1
   vamax = 0.d0
   imax = 0
   jmax = 0
+  cg_residual = 0.d0
+  cg_iters = 0
+  cg_iters_total = 0
+  stopped = 0
 
   do iint = iint_first, iint_last
     time = dti*dble(iint)/86400.d0 + time0
@@ -782,23 +865,8 @@ subroutine run_steps(iint_first, iint_last, time0, iproblem, mode, nadv, nitera,
                              adx2d, ady2d, drx2d, dry2d, aam2d, advua, advva, &
                              fluxua, fluxva, wubot, wvbot, tps)
     end if
-    do j = 1, jm
-      do i = 1, im
-        egf(i,j) = el(i,j)*ispi
-      end do
-    end do
-    do j = 1, jm
-      do i = 2, im
-        utf(i,j) = ua(i,j)*(d(i,j) + d(i-1,j))*isp2i
-      end do
-    end do
-    do j = 2, jm
-      do i = 1, im
-        vtf(i,j) = va(i,j)*(d(i,j) + d(i,j-1))*isp2i
-      end do
-    end do
-    do iext = 1, isplit
-      call external_step(iext, im, jm, kb, isplit, ispadv, mode, dte, grav, alpha, &
+    if (scheme == 1) then
+      call external_mode(im, jm, kb, isplit, ispadv, mode, dte, grav, alpha, &
                          smoth, vmaxl, dti, hmax, small, ramp, rfe, rfw, rfn, rfs, &
                          zz, h, dx, dy, art, aru, arv, cor, fsm, dum, dvm, cbc, &
                          aam2d, adx2d, ady2d, drx2d, dry2d, wusurf, wvsurf, &
@@ -808,8 +876,26 @@ subroutine run_steps(iint_first, iint_last, time0, iproblem, mode, nadv, nitera,
                          u, v, t, s, q2, q2l, uf, vf, w, dt, &
                          el, elb, elf, ua, uab, uaf, va, vab, vaf, d, etf, egf, &
                          utf, vtf, advua, advva, fluxua, fluxva, tps, vamax, imax, jmax)
-    end do
-    if (vamax <= vmaxl) then
+    else
+      call implicit_step(im, jm, kb, mode, theta, dti, grav, hmax, small, ramp, &
+                         rfe, rfw, rfn, rfs, cg_tol, cg_maxiter, &
+                         zz, h, dx, dy, art, aru, arv, cor, fsm, dum, dvm, cbc, &
+                         aam2d, adx2d, ady2d, drx2d, dry2d, wusurf, wvsurf, &
+                         wubot, wvbot, e_atmos, vfluxf, &
+                         ele, elw, eln, els, uabe, uabw, vabn, vabs, &
+                         tbe, tbw, tbn, tbs, sbe, sbw, sbn, sbs, &
+                         u, v, t, s, q2, q2l, uf, vf, w, dt, &
+                         el, elb, elf, ua, uab, uaf, va, vab, vaf, d, etf, egf, &
+                         utf, vtf, advua, advva, fluxua, fluxva, tps, &
+                         vamax, imax, jmax, cg_residual, cg_iters)
+      cg_iters_total = cg_iters_total + cg_iters
+    end if
+    if (vamax > vmaxl) then
+      stopped = 1
+    else if (scheme == 2 .and. .not. (cg_residual <= cg_tol*slack)) then
+      stopped = 2
+    end if
+    if (stopped == 0) then
       if ((iint /= 1 .or. time0 /= 0.d0) .and. mode /= 2) then
         call internal_step(im, jm, kb, mode, nadv, nitera, sw, dti, grav, umol, kappa, &
                            small, rhoref, tbias, sbias, tprni, smoth, hmax, ramp, &
@@ -837,6 +923,6 @@ subroutine run_steps(iint_first, iint_last, time0, iproblem, mode, nadv, nitera,
       end do
     end if
     iint_done = iint
-    if (vamax > vmaxl) return
+    if (stopped /= 0) return
   end do
 end subroutine run_steps

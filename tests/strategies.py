@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from pompy import verify
 from pompy.config import Config
+from pompy.verify import states
 
 def small_config(im: int, jm: int, kb: int, **overrides) -> Config:
     kl1 = min(6, kb - 3)
@@ -26,10 +26,10 @@ def small_config(im: int, jm: int, kb: int, **overrides) -> Config:
 
 
 def random_state(seed: int, im: int, jm: int, kb: int, oracle, land: float = 0.2):
-    """(config, params, state): pompy.verify's random valid state on the
+    """(config, params, state): pompy.verify.states' random valid state on the
     small config of an im x jm x kb grid (one copy, for verify and tests)."""
     config = small_config(im, jm, kb)
-    params, s = verify.random_state(seed, config, oracle, land)
+    params, s = states.random_state(seed, config, oracle, land)
     return config, params, s
 
 

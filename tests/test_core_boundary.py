@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from core_checks import assert_inputs_not_written, float32_errors
 from oracle_compare import compare_call
 from pompy.core.boundary import bcond
-from pompy.verify import open_state
+from pompy.verify.states import open_state
 from strategies import pom_states, random_state
 
 IDX = range(1, 7)

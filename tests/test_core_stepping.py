@@ -27,7 +27,7 @@ from pompy.compat import fortran_math
 from pompy.config import load_config, parameters
 from pompy.calls import call
 from pompy.core import stepping
-from pompy.core.external import split
+from pompy.core.external import checks, split
 from pompy.core.problems import grid_coordinates
 from pompy.oracle.driver import new_state
 from strategies import pom_states, random_state, to_torch
@@ -218,8 +218,8 @@ def test_the_velocity_check_takes_pom2ks_last_maximum(dtype):
                 if abs(vaf[i, j]) >= vamax:
                     vamax, imax, jmax = abs(vaf[i, j]), i + 1, j + 1
         wanted.append((vamax, imax, jmax))
-        got = split._vel_check(torch.tensor(vaf, dtype=dtype))
+        got = checks.vel_check(torch.tensor(vaf, dtype=dtype))
         assert (float(got[0]), int(got[1]), int(got[2])) == (vamax, imax, jmax)
-    together = torch.vmap(split._vel_check)(torch.tensor(np.stack(cases[:4]), dtype=dtype))
+    together = torch.vmap(checks.vel_check)(torch.tensor(np.stack(cases[:4]), dtype=dtype))
     for m in range(4):
         assert (float(together[0][m]), int(together[1][m]), int(together[2][m])) == wanted[m]

@@ -346,8 +346,10 @@ def test_torchrun_ranks_split_the_members_and_their_union_is_the_dataset(made, t
 
 
 def test_any_core_on_the_scheme_independent_core_generates(made, tmp_path, monkeypatch):
-    """A core registered by one line of CORES (here Core with pom2k's split
-    free surface, built directly) writes the same data as --core explicit."""
+    """A core registered by one entry of the registry (here Core with
+    pom2k's split free surface, built directly; no compile option) writes
+    the same data as --core explicit."""
+    from pompy import cores
     from pompy import generate as gen
     from pompy.core.external.split import SplitExplicit
     from pompy.core.model import Core
@@ -356,7 +358,9 @@ def test_any_core_on_the_scheme_independent_core_generates(made, tmp_path, monke
         def __init__(self, config, device="cpu", dtype=torch.float64):
             super().__init__(config, SplitExplicit(), device=device, dtype=dtype)
 
-    monkeypatch.setitem(gen.CORES, "plain", gen.CoreKind(Plain, lambda config, state: None))
+    monkeypatch.setitem(cores.CORES, "plain", cores.CoreSpec(
+        "plain", Plain, SplitExplicit, lambda config, state: None, twin=1, twin_name="oracle",
+        twin_description="", solver=False, description="a test core", compile=False))
     config_path, path, _ = made
     got = gen.generate(load_config(config_path), tmp_path, float(DAYS), float(EVERY), core="plain",
                        members=2, seed=SEED, log=io.StringIO())
@@ -520,16 +524,16 @@ def test_the_fortran_oracle_refuses_a_wind_factor(made, tmp_path, capsys):
     """The oracle has no wind factor: its drivers refuse one rather than
     ignore it (pompy run --core oracle: one line, exit 2)."""
     from pompy.errors import ConfigError
-    from pompy.oracle.driver import OracleModel, new_state, run_steps, run_steps_implicit
+    from pompy.oracle.driver import OracleModel, main_loop, new_state, run_steps
 
     config = dataclasses.replace(tiny_config(), wind_factor=1.1)
     for scheme in ("explicit", "implicit"):
         with pytest.raises(ConfigError, match=r"^wind_factor=1.1: the Fortran oracle has no wind"):
-            OracleModel(config, scheme=scheme)
+            OracleModel(config, core=scheme)
     state = new_state(tiny_config())
     for run in (lambda: run_steps(state, config, 1, 2),
-                lambda: run_steps(state, config, 1, 2, scheme="implicit"),
-                lambda: run_steps_implicit(state, config, 1, 2)):
+                lambda: run_steps(state, config, 1, 2, core="implicit"),
+                lambda: main_loop(state, config, 1, 2, core="implicit")):
         with pytest.raises(ConfigError, match="wind_factor"):
             run()
     config_path, _, _ = made

@@ -7,7 +7,7 @@ and Loss, imported) on the implicit core: a 21x17x11 seamount
 explicit dte), cg_maxiter 150 (the CG converges in 103-107 iterations
 here; the reference CG's fixed budget beyond that only costs time: its
 converged entries are frozen, the twin stops there). The twin (Fortran
-run_steps_implicit) sets up and runs 5 steps; the torch ImplicitCore
+run_steps, scheme 2) sets up and runs 5 steps; the torch ImplicitCore
 (float64 CPU, torch's own elementary functions) loads that state and both
 run the 50 internal steps iint 6..55.
 
@@ -121,7 +121,7 @@ class Case:
             config = dataclasses.replace(config, **{self.param: getattr(config, self.param) + h})
         for name in self.inputs:
             state[name] = np.asfortranarray(state[name] + h * self.d)
-        run_steps(state, config, WARM + 1, WARM + STEPS, scheme="implicit")
+        run_steps(state, config, WARM + 1, WARM + STEPS, core="implicit")
         return state
 
     def central(self, h: float) -> float:
@@ -182,7 +182,7 @@ def make_case(kind: str, seed: int, config=None) -> Case:
     "horcon"; the twin's set-up and WARM steps as the base state."""
     config = config or implicit_seamount()
     base = new_state(config)
-    run_steps(base, config, 1, WARM, scheme="implicit")
+    run_steps(base, config, 1, WARM, core="implicit")
     rng = np.random.default_rng(seed)
     if kind == "horcon":
         return Case(config, base, Loss(base, rng), param="horcon")

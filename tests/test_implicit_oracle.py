@@ -18,7 +18,7 @@ against the torch code (pompy.core.external.implicit, .cg, ImplicitCore).
   bit for bit whatever the platform.
 - whole runs: a 21x17x11 seamount, 36 steps, torch ImplicitCore with the
   reference CG and pompy.compat.fortran_math against OracleModel(config,
-  scheme="implicit"): every variable equal to the last bit. The 65x49x21
+  core="implicit"): every variable equal to the last bit. The 65x49x21
   seamount over 240 steps is validation/implicit_oracle.py (the torch core
   takes minutes there).
 - the box (configs/box.nml, a day), the Fortran run: without inflow
@@ -52,7 +52,7 @@ from pompy.core.external.implicit import SemiImplicit
 from pompy.core.implicit import ImplicitCore
 from pompy.core.stepping import ROUTINES
 from pompy.errors import CFLViolation, NotConverged
-from pompy.oracle.driver import OracleModel, new_state, run_steps, run_steps_implicit
+from pompy.oracle.driver import OracleModel, main_loop, new_state, run_steps
 from strategies import pom_states, random_state, to_torch
 
 CONFIGS = Path(__file__).parents[1] / "configs"
@@ -214,7 +214,7 @@ def test_a_seamount_run_equals_the_torch_core_bit_for_bit(oracle):
     if not torch_sums_like_cg_dot(oracle):
         pytest.skip("this torch sums in another order than cg_dot (see the module docstring)")
     config = small_seamount(isplit=15)
-    model = OracleModel(config, scheme="implicit")
+    model = OracleModel(config, core="implicit")
     model.advance(36)
     got = torch_run(config, 36)
     assert_fields_close(got, model.state, 0.0, names=variables.ALL, label="seamount 36 steps")
@@ -223,10 +223,10 @@ def test_a_seamount_run_equals_the_torch_core_bit_for_bit(oracle):
 def test_the_driver_continues_bit_for_bit_and_across_chunks(oracle):
     config = small_seamount()
     whole = new_state(config)
-    out = run_steps_implicit(whole, config, 1, 12)
+    out = main_loop(whole, config, 1, 12, core="implicit")
     assert out["iint_done"] == 12 and out["cg_residual"] <= config.cg_tol
     assert out["cg_iters"] > 0 and out["cg_iters_total"] > 11 * out["cg_iters"] // 2
-    model = OracleModel(config, scheme="implicit")
+    model = OracleModel(config, core="implicit")
     assert model.name == "oracle_implicit" and OracleModel(config).name == "oracle"
     model.chunk = 5
     steps = []
@@ -242,7 +242,7 @@ def test_the_driver_continues_bit_for_bit_and_across_chunks(oracle):
 
 def test_a_solver_that_cannot_converge_stops_the_run(oracle):
     config = small_seamount(cg_maxiter=2)
-    model = OracleModel(config, scheme="implicit")
+    model = OracleModel(config, core="implicit")
     with pytest.raises(NotConverged, match=r"step iint=1: the elevation solver stopped at "
                                            r"relative residual .* after cg_maxiter=2") as stop:
         model.advance(3)
@@ -254,15 +254,15 @@ def test_a_solver_that_cannot_converge_stops_the_run(oracle):
 def test_a_velocity_past_vmaxl_stops_the_run_with_the_last_good_state(oracle):
     config = small_seamount()
     reference = new_state(config)
-    run_steps_implicit(reference, config, 1, 6)
+    main_loop(reference, config, 1, 6, core="implicit")
     vamax = float(np.abs(reference["vaf"]).max())
-    model = OracleModel(dataclasses.replace(config, vmaxl=vamax * 0.999), scheme="implicit")
+    model = OracleModel(dataclasses.replace(config, vmaxl=vamax * 0.999), core="implicit")
     with pytest.raises(CFLViolation) as stop:
         model.advance(10)
     assert stop.value.iint <= 6
     good = new_state(config)
     if stop.value.iint > 1:
-        run_steps_implicit(good, config, 1, stop.value.iint - 1)
+        main_loop(good, config, 1, stop.value.iint - 1, core="implicit")
     for name in ("el", "ua", "u", "t"):
         np.testing.assert_array_equal(stop.value.last_good[name], good[name], err_msg=name)
 
@@ -275,7 +275,7 @@ def box_day(inflow: bool):
     if not inflow:
         state["vfluxf"][...] = 0.0        # the box keeps vfluxf from its set-up
     before = {k: v.copy() for k, v in state.items()}
-    run_steps_implicit(state, config, 1, config.iend)
+    main_loop(state, config, 1, config.iend, core="implicit")
     return config, before, state
 
 

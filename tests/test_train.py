@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -27,6 +28,8 @@ from pompy.generate import generate
 from pompy import train
 from pompy.train import (CSV_COLUMNS, LOSS_WEIGHTS, NPOMTrainerDDP, apply_correction_to_pom,
                          collate_samples, pack_pom_batch, resolve_options)
+from pompy.train.options import resolve_parsed
+from pompy.verify import certificate
 
 ROOT = Path(__file__).parents[1]
 DTI = 240.0
@@ -63,8 +66,9 @@ def home(made, monkeypatch):
     """POMPY_HOME with a passed certificate for what the tests train."""
     path = made[0] / "home"
     monkeypatch.setenv("POMPY_HOME", str(path))
-    provenance.write_certificate(provenance.certificate_key("implicit", "cpu", "float64"),
-                                 [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
+    certificate.write_certificate(certificate.certificate_key("implicit", "cpu", "float64"),
+                                  [{"name": "test", "figure": 0.0, "tolerance": 0.0,
+                                    "passed": True}])
     return path
 
 
@@ -234,8 +238,9 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
     from pompy.errors import CFLViolation
 
     monkeypatch.setenv("POMPY_HOME", str(made_explicit[0] / "home"))
-    provenance.write_certificate(provenance.certificate_key("explicit", "cpu", "float64"),
-                                 [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
+    certificate.write_certificate(certificate.certificate_key("explicit", "cpu", "float64"),
+                                  [{"name": "test", "figure": 0.0, "tolerance": 0.0,
+                                    "passed": True}])
     advanced, stops = [], []
     real = Ensemble.advance
 
@@ -374,10 +379,10 @@ def test_resume_refuses_a_checkpoint_of_another_certificate(made, home, tmp_path
     finally:
         trainer.cleanup()
     checkpoint = tmp_path / "out" / "checkpoint_epoch0.pt"
-    key = provenance.certificate_key("implicit", "cpu", "float64")
-    provenance.write_certificate(key, [{"name": "again", "figure": 1.0, "tolerance": 2.0,
-                                        "passed": True}], {"created": "later"})
-    assert train.certificate_id(provenance.require_certificate("implicit", "cpu", "float64")) \
+    key = certificate.certificate_key("implicit", "cpu", "float64")
+    certificate.write_certificate(key, [{"name": "again", "figure": 1.0, "tolerance": 2.0,
+                                         "passed": True}], {"created": "later"})
+    assert train.certificate_id(certificate.require_certificate("implicit", "cpu", "float64")) \
         == old_id
     # the core edited and certified
     extra = tmp_path / "edit.py"
@@ -385,9 +390,9 @@ def test_resume_refuses_a_checkpoint_of_another_certificate(made, home, tmp_path
     real = provenance.physics_sources
     monkeypatch.setattr(provenance, "physics_sources",
                         lambda: real() + [("pompy/core/edit.py", extra)])
-    new_key = provenance.certificate_key("implicit", "cpu", "float64")
-    provenance.write_certificate(new_key, [{"name": "test", "figure": 0.0, "tolerance": 0.0,
-                                            "passed": True}])
+    new_key = certificate.certificate_key("implicit", "cpu", "float64")
+    certificate.write_certificate(new_key, [{"name": "test", "figure": 0.0, "tolerance": 0.0,
+                                             "passed": True}])
     new_id = train.certificate_id({"key": new_key})
     assert new_id != old_id
     config = train_config(made, tmp_path / "again")
@@ -462,8 +467,9 @@ def test_the_command_refuses_without_a_certificate_and_after_an_edit(made, tmp_p
                           "float64") and "pompy verify --config" in err and "\n" not in err
     assert not (tmp_path / "out").exists()
     # certified, then a core source edited (here: one more physics source)
-    provenance.write_certificate(provenance.certificate_key("implicit", "cpu", "float64"),
-                                 [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
+    certificate.write_certificate(certificate.certificate_key("implicit", "cpu", "float64"),
+                                  [{"name": "test", "figure": 0.0, "tolerance": 0.0,
+                                    "passed": True}])
     extra = tmp_path / "edit.py"
     extra.write_text("# an edit\n")
     real = provenance.physics_sources
@@ -492,6 +498,46 @@ def test_options_come_from_the_train_group_then_the_command_line(made, tmp_path)
         options(made, tmp_path, batchsize=3)
     # the config still loads as a pom2k config, &train aside
     assert train.load_model_config(train_config(made, tmp_path)) == load_config(made[1])
+
+
+def _flags(parser) -> dict[str, str]:
+    """{option string: its help} of a parser's options (-h aside)."""
+    return {flag: action.help for action in parser._actions for flag in action.option_strings
+            if flag not in ("-h", "--help")}
+
+
+def test_pompy_train_and_the_module_take_the_same_options_each_with_help(made, tmp_path):
+    """``pompy train`` and ``python -m pompy.train`` list the same options
+    (from one table), each with its help; a flag overrides the &train
+    group, which overrides the default, through either."""
+    from pompy import cli
+    from pompy.train.options import OPTIONS
+
+    helps = {}
+    for command in (["-m", "pompy", "train"], ["-m", "pompy.train"]):
+        out = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        invocations = [line.split("  ")[1] for line in out.stdout.splitlines()
+                       if re.match("  -", line)]
+        helps[command[-1]] = {flag for line in invocations
+                              for flag in re.findall(r"--[a-z][a-z_-]*", line)} - {"--help"}
+    assert helps["train"] == helps["pompy.train"]
+    subparser = cli.build_parser()._subparsers._group_actions[0].choices["train"]
+    module, command = _flags(train.build_parser()), _flags(subparser)
+    assert module == command and set(module) == helps["train"]
+    assert all(text and text.strip() for text in module.values()), module
+    assert {o.flag for o in OPTIONS} <= set(module) and all(o.help.strip() for o in OPTIONS)
+
+    config = train_config(made, tmp_path, lr=1e-3, epochs=7)
+    argv = ["--config", str(config), "--data", str(made[2]), "--output", str(tmp_path / "out"),
+            "--lr", "3e-4"]
+    got = [train.resolve_options(argv),
+           resolve_parsed(cli.build_parser().parse_args(["train", *argv]))]
+    for args in got:
+        # the flag over the group, the group over the default, the default
+        assert (args.lr, args.epochs, args.normalizer_samples) == (3e-4, 7, 64)
+    assert vars(got[0]) == vars(got[1])
 
 
 # ------------------------------------------------------------------ two processes
@@ -637,13 +683,14 @@ def test_two_gloo_processes_match_one_process(made, home, tmp_path):
 
 
 def test_torchrun_two_processes_rank_zero_writes_the_log(made, home, tmp_path):
-    """The command under torchrun --nproc_per_node=2 (gloo): exit 0, one
-    CSV (rank 0's) with the header and every rank's batches averaged."""
+    """README's command, `torchrun --nproc_per_node=2 -m pompy train` (gloo):
+    exit 0, one CSV (rank 0's) with the header and every rank's batches
+    averaged."""
     config = train_config(made, tmp_path, batch_size=1)
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy.train",
+         "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy", "train",
          "--config", str(config), "--data", str(made[2]), "--output", str(out)],
         env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

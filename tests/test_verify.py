@@ -1,5 +1,5 @@
 """pompy verify (issue 12's gate): the certificate it writes, the trainer's
-look-up of it (pompy.provenance.require_certificate), and that it fails
+look-up of it (pompy.verify.certificate.require_certificate), and that it fails
 where the core is wrong.
 
 Where the certificates go: each test sets POMPY_HOME to a temporary folder,
@@ -29,12 +29,15 @@ import pytest
 import torch
 
 from pompy import provenance
-from pompy import verify as V
 from pompy.autodiff.policies import GradientPolicy, selected_policy
 from pompy.cli import main
 from pompy.config import load_config
 from pompy.core import stepping
 from pompy.errors import InputError
+from pompy.verify import certificate as certificates
+from pompy.verify import cli as verify_cli
+from pompy.verify import gradcheck, policies, run, states, twins
+from pompy.verify import parity as verify_parity
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 TINY = ["--config", str(CONFIGS / "seamount.nml"), "--set", "im=8", "--set", "jm=7", "--set", "kb=5",
@@ -48,7 +51,7 @@ def tiny():
 
 
 def certificate(core="explicit", device="cpu", dtype="float64") -> dict:
-    path = provenance.certificate_path(provenance.certificate_key(core, device, dtype))
+    path = certificates.certificate_path(certificates.certificate_key(core, device, dtype))
     return json.loads(path.read_text())
 
 
@@ -75,8 +78,8 @@ def test_verify_writes_a_passing_certificate(verified, home):
     code, out, _ = verified
     assert code == 0, out
     body = certificate()
-    assert body["passed"] is True and body["key"] == provenance.certificate_key("explicit", "cpu",
-                                                                                 "float64")
+    assert body["passed"] is True
+    assert body["key"] == certificates.certificate_key("explicit", "cpu", "float64")
     assert body["key"]["source_hash"] == provenance.source_hash()
     checks = body["checks"]
     assert {c["suite"] for c in checks} == SUITES
@@ -112,20 +115,20 @@ def test_verify_writes_a_passing_certificate(verified, home):
 
 
 def test_the_trainer_finds_the_certificate(home):
-    body = provenance.require_certificate("explicit", "cpu", "float64")
+    body = certificates.require_certificate("explicit", "cpu", "float64")
     assert body == certificate()
     with pytest.raises(InputError, match=r"no verification certificate for the explicit core on "
                                          r"cpu in float32 \(dtype: float64 verified, float32 here\); "
                                          r"run: pompy verify --config CONFIG --core explicit "
                                          r"--device cpu --dtype float32"):
-        provenance.require_certificate("explicit", "cpu", "float32")
+        certificates.require_certificate("explicit", "cpu", "float32")
 
 
 def test_an_edited_core_needs_a_new_certificate(home, monkeypatch):
     """A change of the physics sources (simulated: another source hash)."""
     monkeypatch.setattr(provenance, "source_hash", lambda: "0" * 64)
     with pytest.raises(InputError) as refused:
-        provenance.require_certificate("explicit", "cpu", "float64", config="tiny.nml")
+        certificates.require_certificate("explicit", "cpu", "float64", config="tiny.nml")
     message = str(refused.value)
     assert "the core's sources changed since it was verified" in message
     assert message.endswith("run: pompy verify --config tiny.nml --core explicit --device cpu "
@@ -167,7 +170,7 @@ def test_a_broken_routine_fails_verification(oracle, tmp_path, monkeypatch, caps
     constant changes no gradient; it is the module fixture's)."""
     monkeypatch.setenv("POMPY_HOME", str(tmp_path))
     monkeypatch.setitem(stepping.ROUTINES, "dens", broken(stepping.ROUTINES["dens"], "rhoo", 1e-6))
-    monkeypatch.setattr(V, "gradcheck_suite", lambda *args: [])
+    monkeypatch.setattr(verify_cli, "gradcheck_suite", lambda *args: [])
     assert main(["verify", *TINY, "--samples", "1"]) == 1
     out = capsys.readouterr().out
     failed = {line[:62].strip() for line in out.splitlines() if " FAIL" in line[62:]}
@@ -178,7 +181,7 @@ def test_a_broken_routine_fails_verification(oracle, tmp_path, monkeypatch, caps
     by_name = {c["name"]: c for c in body["checks"]}
     assert {n for n, c in by_name.items() if not c["passed"]} == failed
     # 1e-6 over the field's magnitude in the state verify drew (seed 0)
-    _, state = V.random_state(0, tiny(), oracle)
+    _, state = states.random_state(0, tiny(), oracle)
     for name, field in (("parity dens rho", "rho"), ("parity dens rmean", "rmean")):
         c = by_name[name]
         assert not c["passed"] and c["detail"].startswith(field)
@@ -190,7 +193,7 @@ def test_a_broken_routine_fails_verification(oracle, tmp_path, monkeypatch, caps
     assert not by_name["run 12 steps vs oracle"]["passed"]
     with pytest.raises(InputError, match=r"did not pass \(parity dens rho, parity dens rmean, .*"
                                          r"fix the core, then run: pompy verify"):
-        provenance.require_certificate("explicit", "cpu", "float64")
+        certificates.require_certificate("explicit", "cpu", "float64")
 
 
 def test_bad_input_is_one_line_exit_2(oracle, tmp_path, monkeypatch, capsys):
@@ -211,13 +214,13 @@ def test_bad_input_is_one_line_exit_2(oracle, tmp_path, monkeypatch, capsys):
 
 
 def test_float32_parity_within_its_bars(oracle):
-    """The float32 bars (verify.F32) hold on the tiny grid's random states,
-    and the routines did run in float32: each shows float32 rounding
+    """The float32 bars (pompy.verify.parity.F32) hold on the tiny grid's
+    random states, and the routines did run in float32: each shows float32 rounding
     (above 1e-9; float64 gives at most 4.5e-16 here), the set-ups aside
     (computed in float64 whatever the core's dtype), and depth (this grid's
     five sigma levels are exact in float32)."""
-    checks = V.parity_suite(tiny(), "explicit", oracle, torch.device("cpu"), torch.float32, 2, 0,
-                            lambda check: None)
+    checks = verify_parity.parity_suite(tiny(), "explicit", oracle, torch.device("cpu"),
+                                        torch.float32, 2, 0, lambda check: None)
     for c in checks:
         assert c.passed, (c.name, c.figure, c.tolerance, c.detail)
         if "set-up" in c.name:
@@ -242,9 +245,9 @@ def test_the_policy_suite_catches_a_wrong_policy(monkeypatch):
         return original(grad, is_bottom, policy=chosen)
 
     monkeypatch.setattr(safety, "apply_policy", wrong)
-    checks = V.policy_suite(torch.device("cpu"), torch.float64, lambda check: None)
+    checks = policies.policy_suite(torch.device("cpu"), torch.float64, lambda check: None)
     failed = {c.name for c in checks if not c.passed}
-    assert {f"policy PASSTHROUGH {op}" for op, *_ in V._safe_ops()} <= failed
+    assert {f"policy PASSTHROUGH {op}" for op, *_ in policies._safe_ops()} <= failed
     assert not any(c.startswith(("policy PROJECT", "policy CLAMP", "policy REJECT"))
                    for c in failed), failed
     assert sum(name.startswith("policy precedence") for name in failed) == 6
@@ -278,33 +281,34 @@ def test_the_gradient_check_catches_a_wrong_gradient(oracle, monkeypatch):
         return out._replace(aam=Scaled.apply(out.aam))
 
     monkeypatch.setitem(stepping.ROUTINES, "smagorinsky", wrong)
-    case = next(c for c in V.GRAD_CASES if c.label == "smagorinsky")
-    check = V.gradcheck_case(case, tiny(), oracle, torch.device("cpu"), 0)
+    case = next(c for c in gradcheck.GRAD_CASES if c.label == "smagorinsky")
+    check = gradcheck.gradcheck_case(case, tiny(), oracle, torch.device("cpu"), 0)
     assert not check.passed and check.measured["gradcheck"] is False
     assert check.figure > 50.0            # a 10 % error: ~100 times gradcheck's tolerance
     assert check.measured["forward_mode"] < 1e-10 and check.measured["guards_fired"] == 0
-    parity = next(c for c in V.PARITY_CASES if c.label == "smagorinsky")
-    params, state = V.random_state(0, tiny(), oracle)
-    errors = V.compare_routine(parity, oracle, state, params, torch.float64, torch.device("cpu"))
+    parity = next(c for c in verify_parity.PARITY_CASES if c.label == "smagorinsky")
+    params, state = states.random_state(0, tiny(), oracle)
+    errors = verify_parity.compare_routine(parity, oracle, state, params, torch.float64,
+                                           torch.device("cpu"))
     assert errors["aam"][0] == 0.0
     monkeypatch.undo()
-    assert V.gradcheck_case(case, tiny(), oracle, torch.device("cpu"), 0).passed
+    assert gradcheck.gradcheck_case(case, tiny(), oracle, torch.device("cpu"), 0).passed
 
 
 def test_implicit_core_against_its_twin_or_its_self_checks(oracle, monkeypatch):
-    """The implicit core's whole run against OracleModel(scheme="implicit")
+    """The implicit core's whole run against OracleModel(core="implicit")
     where the oracle has it; without it, its self-checks only."""
     config = tiny()
-    checks, reference = V.run_suite(config, "implicit", oracle, torch.device("cpu"), torch.float64,
-                                    6, lambda check: None)
+    checks, reference = run.run_suite(config, "implicit", oracle, torch.device("cpu"),
+                                      torch.float64, 6, lambda check: None)
     names = [c.name for c in checks]
     self_checks = ["implicit continuity", "implicit operator symmetric positive definite",
                    "implicit reference CG vs scipy"]
     assert names[-3:] == self_checks and all(c.passed for c in checks), checks
-    if V.oracle_has_implicit(oracle):
+    if twins.oracle_has_implicit(oracle):
         assert reference == "oracle_implicit" and names[0] == "run 6 steps vs oracle_implicit"
         assert checks[0].tolerance == pytest.approx(1e-10 + 1e4 * config.cg_tol)
-    monkeypatch.setattr(V, "oracle_has_implicit", lambda oracle: False)
-    checks, reference = V.run_suite(config, "implicit", oracle, torch.device("cpu"), torch.float64,
-                                    6, lambda check: None)
+    monkeypatch.setattr(twins, "oracle_has_implicit", lambda oracle: False)
+    checks, reference = run.run_suite(config, "implicit", oracle, torch.device("cpu"),
+                                      torch.float64, 6, lambda check: None)
     assert reference.startswith("self-checks") and [c.name for c in checks] == self_checks

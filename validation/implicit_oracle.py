@@ -6,7 +6,7 @@ too long for the test suite (the torch core takes minutes on the CPU).
     python3 validation/implicit_oracle.py --steps 24       # a shorter seamount
 
 - seamount: configs/seamount.nml (65x49x21, dti = 180 s), 240 steps, the
-  Fortran run_steps_implicit (OracleModel(config, scheme="implicit"))
+  Fortran run_steps with the implicit scheme (OracleModel(config, core="implicit"))
   against the torch ImplicitCore with the reference CG (cg.solve), with and
   without pompy.compat.fortran_math: the largest difference of every
   output field (and of any variable) relative to its magnitude, the bar
@@ -51,7 +51,7 @@ CONFIGS = Path(__file__).parents[1] / "configs"
 
 
 def oracle_run(config, steps: int, vfluxf: float | None = None) -> tuple[dict, float]:
-    model = OracleModel(config, scheme="implicit")
+    model = OracleModel(config, core="implicit")
     if vfluxf is not None:
         model.state["vfluxf"][...] = vfluxf
     start = time.perf_counter()
@@ -118,7 +118,7 @@ def box() -> None:
     print("| inflow | core | volume change per day / volume | rise / inflow - 1 | vs oracle |")
     print("|---|---|---|---|---|")
     for vfluxf in (0.0, None):
-        start = OracleModel(config, scheme="implicit").state
+        start = OracleModel(config, core="implicit").state
         if vfluxf is not None:
             start["vfluxf"][...] = vfluxf
         inflow = -float(start["vfluxf"][start["fsm"] > 0].mean()) + 0.0   # no -0

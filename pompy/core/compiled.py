@@ -69,7 +69,6 @@ BACKEND = "inductor"
 # 26.4 against 29.6), float32 16.3 against 17.9 (17.1 against 18.3).
 INDUCTOR_OPTIONS = {"cpp_wrapper": True, "realize_reads_threshold": 1}
 _RAMP = "ramp"
-_CHECK = ("vamax", "imax", "jmax")
 # the internal graph's flag: whether the new state's prognostic fields are
 # finite (stepping.finite fused into the graph; Core._pass reads it)
 FINITE = "finite"
@@ -213,7 +212,7 @@ class StepGraphs:
                 return s
             # each pass writes the check's values anew: not an input, so the
             # first run of a step shares the graph of the runs after it
-            s = {n: v for n, v in s.items() if n not in _CHECK}
+            s = {n: v for n, v in s.items() if n not in part.checks}
             s = self._call(("passes", run, *routines.values()), passes, s, p)
         return s
 

@@ -39,8 +39,7 @@ from pompy import compat, variables
 from pompy.config import MEMBER_PARAMS
 from pompy.autodiff.policies import policies_in_force
 from pompy.core import stepping
-from pompy.core.external import cg
-from pompy.core.model import Core, detached_copies, ordinary, within_limits
+from pompy.core.model import Core, detached_copies, ordinary
 from pompy.errors import ModelStop
 
 GRID = frozenset(variables.names(kind="grid"))
@@ -69,8 +68,9 @@ def mismatch(cores: list[Core]) -> str | None:
     if not cores:
         return "no cores"
     first = cores[0]
-    if any(getattr(core.external, "solver", cg.solve) is not cg.solve for core in cores):
-        return "a core's elevation solver is not the reference CG, which a batch runs"
+    refused = next((why for core in cores if (why := core.external.batch_refusal())), None)
+    if refused:
+        return refused
     if any(core.checkpoint is not None for core in cores):
         return "a checkpointed core cannot run under torch.vmap"
     learned = [n for n, v in first.params.items() if torch.is_tensor(v) and v.requires_grad]
@@ -167,11 +167,10 @@ class Ensemble:
 
     @contextlib.contextmanager
     def _batchable(self, core: Core):
-        """``core`` with the reference CG as its solver (if it has one) for
-        the block: no host read inside vmap."""
+        """``core`` with its free-surface part as a batch runs it
+        (``batched()``: no host read inside vmap) for the block."""
         external = core.external
-        if getattr(external, "solver", None) is not None:
-            core.external = type(external)(cg.solve)
+        core.external = external.batched()
         try:
             yield core
         finally:
@@ -214,8 +213,8 @@ class Ensemble:
 
     def _batched(self, iint: int) -> tuple[dict, dict]:
         """Every member's step iint from the current state: the new state
-        and the checks' tensors (vamax, imax, jmax, cg_residual, finite;
-        nothing read)."""
+        and the checks' tensors (the free-surface part's, finite; nothing
+        read)."""
         if compat.in_force():
             raise RuntimeError("pompy.compat.fortran_math cannot run batched: step members singly")
         self.state, self.grid, self.member_params = (   # what a forward_only() run left
@@ -227,7 +226,7 @@ class Ensemble:
             def one(s: dict, own: dict) -> dict:
                 q = {**p, **own}
                 s = core.external_pass({**grid, **s}, q, routines)
-                checks = {n: s.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual") if n in s}
+                checks = {n: s.pop(n) for n in core.external.checks}
                 s = core.internal_pass(s, iint, q, routines, time0)
                 finite = stepping.finite(s)
                 return {**{n: v for n, v in s.items() if n not in grid}, **checks,
@@ -235,14 +234,12 @@ class Ensemble:
 
             with policies_in_force(policies):
                 out = torch.vmap(one)(good, self.member_params)
-        checks = {n: out.pop(n) for n in ("vamax", "imax", "jmax", "cg_residual", "finite")
-                  if n in out}
+        checks = {n: out.pop(n) for n in (*self.core.external.checks, "finite")}
         return out, checks
 
     def _passed(self, checks: dict) -> torch.Tensor:
         """Whether each member's step passes a core's checks, (B,) bool (no read)."""
-        return within_limits(self.core.config, checks["vamax"], checks["finite"],
-                             checks.get("cg_residual"))
+        return self.core.external.within(self.core.config, checks) & checks["finite"]
 
     def _failed(self, checks: dict) -> int | None:
         """The first member whose step fails a core's checks (one host read

@@ -18,7 +18,7 @@ One internal step, in pom2k's order (``Core._advance``)::
     surface_forcing                                    wind, heat, freshwater
     advct, baropg, smagorinsky, vertical_averages      3-D terms for the 2-D mode (mode != 2)
     external.external_mode                             el, ua, va; egf, etf, utf, vtf; vamax
-    ---- stop if vamax > vmaxl (value read 1) ----
+    ---- stop if the part's checks fail (vamax > vmaxl, ...: read 1) ----
     internal_step                                      u, v, w, q2, q2l, t, s, rho (mode 3, 4)
     end_of_step                                        et, etb, egb, utb, vtb, vfluxb, dt
     ---- stop if a prognostic field is not finite (value read 2) ----
@@ -30,43 +30,32 @@ one N = 1 gives.
 
 The set-up is computed on the CPU in float64, then moved to the core's
 device and dtype, so a float32 or CUDA run starts from the same initial
-state as the float64 CPU run. A stop raises CFLViolation or
-NonFiniteState (pompy.errors); ``last_good`` then holds the state of the
+state as the float64 CPU run. A stop raises the part's (CFLViolation, or
+a solver's NotConverged: pompy.core.external.checks) or NonFiniteState
+(pompy.errors); ``last_good`` then holds the state of the
 step before, which the time loop never writes in place.
 
-checkpoint="steps" (gradients through long windows): a step is a
-recomputed checkpoint (:class:`_Recomputed`) that keeps only what the next
-step reads, the carried fields (pom2k's work arrays are dead at a step's
-entry: it starts from zero ones, as a restore does), and one graph node;
-the backward pass runs it again with a graph. A window of n steps runs in
-segments of k = ``checkpoint_segment`` steps (default about sqrt(n)), each
-a recomputed checkpoint of its steps, the last segment's steps on their
-own: the forward pass keeps the inputs of n/k segments and k steps, the
-backward recomputes one segment at a time keeping the inputs of its k
-steps, then one step's graph at a time (each step but the last segment's
-runs twice more: about one forward pass more than one level).
+checkpoint="steps" (gradients through long windows) runs steps and
+segments of steps as recomputed checkpoints: pompy.core.recompute.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
-from torch.autograd import forward_ad
-from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from pompy import compat, variables
 from pompy.autodiff.policies import (GradientPolicyConfig, captured_policies, layer_policies,
                                      policies_in_force)
 from pompy.calls import apply
 from pompy.config import Config, nint, parameters
-from pompy.core import setup, stepping
-from pompy.core.compiled import _LRU_WARNING, FINITE, StepGraphs
-from pompy.errors import CFLViolation, ModelStop, NonFiniteState, NotConverged
+from pompy.core import recompute, setup, stepping
+from pompy.core.compiled import FINITE, StepGraphs
+from pompy.errors import ModelStop, NonFiniteState
 
 # what a checkpointed step keeps and passes on: every field but the work
 # arrays (tests/test_checkpoint.py: zero work arrays at a step's entry
@@ -83,116 +72,6 @@ COMPILES = (False, True, "routines")
 COMPILED = ("advct", "advave", "advu", "advv", "advq", "vertvl", "advt1", "advt2", "profq",
             "proft", "profu", "profv", "bcond", "dens", "baropg", "smagorinsky",
             "surface_forcing", "vertical_averages")
-# the solver stops on |r|^2 <= tol^2 |b|^2; the core reads |r|/|b|, which
-# may round a few ulps past tol
-_SLACK = 1.0 + 1e-9
-# bcond compiles once per case, dtype and grid: more versions of one
-# function than dynamo's default limit of 8; raised only during its calls
-_RECOMPILE_LIMIT = 64
-
-
-def _compiled(fn: Callable) -> Callable:
-    """fn through torch.compile, with the recompile limit raised only while
-    it runs (building a core changes no global dynamo setting)."""
-    compiled = torch.compile(fn)
-
-    @functools.wraps(fn)
-    def wrapper(**kwargs):
-        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT), \
-                warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_LRU_WARNING)
-            return compiled(**kwargs)
-    return wrapper
-
-
-def _checkpointed(fn: Callable) -> Callable:
-    """fn, recomputed in the backward pass (non-reentrant torch checkpoint)
-    when gradients are on. The backward runs on the graph of the forward
-    pass (the recomputation only refills its saved tensors), so the
-    gradient policies are those the forward pass recorded."""
-    @functools.wraps(fn)
-    def wrapper(**kwargs):
-        if not torch.is_grad_enabled():
-            return fn(**kwargs)
-        return torch_checkpoint(fn, use_reentrant=False, preserve_rng_state=False, **kwargs)
-    return wrapper
-
-
-class _Recomputed(torch.autograd.Function):
-    """A reentrant checkpoint: ``run(*inputs)``, a tuple of new tensors, runs
-    in the forward pass (the node keeps the inputs, nothing else) and again
-    in the backward pass, which then backpropagates through it. ``run`` must
-    give the same outputs both times: its parameters are fixed when it is
-    made. The backward's run records a graph; the forward's runs without
-    one where ``unrecorded`` (its outputs do not depend on whether autograd
-    records: not so for the implicit core, whose CG picks its solver by
-    whether a gradient flows, nor for compiled steps, which serve a step
-    only when it is not recorded), else with gradients on, as a run without
-    checkpoints does, its graph dropped at once."""
-
-    @staticmethod
-    def forward(ctx, run, unrecorded, *inputs):
-        ctx.run = run
-        ctx.save_for_backward(*inputs)
-        ctx.set_materialize_grads(False)
-        if unrecorded:         # (autograd.Function's forward runs with gradients off)
-            # which outputs a gradient reaches only a graph would tell: all may
-            return tuple(t.detach() for t in run(*inputs))
-        run = _Recomputed.rerun(ctx, inputs)[1]
-        outputs = tuple(t.detach() for t in run)
-        # outputs no gradient reaches (forcing, ...) stay so: no graph for them downstream
-        ctx.mark_non_differentiable(*(o for o, t in zip(outputs, run) if not t.requires_grad))
-        return outputs
-
-    @staticmethod
-    def rerun(ctx, inputs) -> tuple[list, tuple]:
-        """Leaves standing for the inputs (requiring grad as they do) and
-        ``run``'s outputs from them, with their graph."""
-        leaves = [x.detach().requires_grad_(need) for x, need in zip(inputs, ctx.needs_input_grad[2:])]
-        with torch.enable_grad():
-            return leaves, ctx.run(*leaves)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        inputs, outputs = _Recomputed.rerun(ctx, ctx.saved_tensors)
-        used = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
-        wanted = [x for x in inputs if x.requires_grad]
-        got = iter(torch.autograd.grad([o for o, _ in used], wanted, [g for _, g in used],
-                                       allow_unused=True) if used and wanted else [])
-        return (None, None, *(next(got, None) if x.requires_grad else None for x in inputs))
-
-
-_PARAM = "param:"          # a parameter among a recomputed step's inputs
-
-
-def _tensor_params(p: Mapping) -> dict:
-    """The tensors among a step's parameters (--learn's horcon, ...): a
-    recomputed checkpoint takes them as inputs, or their gradient would
-    stop at it (review finding: checkpoint="steps" gave horcon none)."""
-    return {k: v for k, v in p.items() if torch.is_tensor(v)}
-
-
-class _Stopped(Exception):
-    """A step of a checkpointed segment failed its checks (the core runs
-    the segment again step by step, to stop as a single step does)."""
-
-
-def _recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, ...],
-                unrecorded: bool) -> dict:
-    """``run(state)`` (a state dict to the next) as a :class:`_Recomputed`
-    of the fields ``names`` of ``state``: what run gives back new (not one
-    of its inputs), with a graph node that keeps only those inputs."""
-    new: list[str] = []
-
-    def fields(*tensors):
-        given = dict(zip(names, tensors))
-        out = run(given)
-        if not new:                  # the forward pass decides, the backward's run agrees
-            new.extend(n for n, t in out.items() if t is not given.get(n))
-        return tuple(out[n] for n in new)
-
-    outputs = _Recomputed.apply(fields, unrecorded, *(state[n] for n in names))
-    return dict(zip(new, outputs))
 
 
 def forward_only(model=None):
@@ -230,14 +109,6 @@ def detached_copies(tensors: Mapping) -> dict:
         return {name: t.detach().clone() for name, t in tensors.items()}
 
 
-def _traced(state: Mapping) -> bool:
-    """Whether a forward-mode tangent or a torch.func transform is about,
-    which a recomputed checkpoint does not carry (those runs keep no graph
-    anyway)."""
-    return torch._C._are_functorch_transforms_active() or any(
-        forward_ad.unpack_dual(t).tangent is not None for t in state.values())
-
-
 def _recording(state: Mapping, p: Mapping) -> bool:
     """Whether autograd records this step: gradients on and a field or a
     parameter (--learn's) requiring one."""
@@ -262,15 +133,14 @@ def first_non_finite(state: Mapping) -> tuple[str, tuple[int, ...]]:
     raise ValueError("every field is finite")
 
 
-def within_limits(config: Config, vamax: torch.Tensor, finite: torch.Tensor,
-                  residual: torch.Tensor | None = None) -> torch.Tensor:
-    """A step's checks as a tensor (no read): vamax <= vmaxl, the fields
-    finite, a solver's residual within cg_tol; compared in float64, as the
-    values a checked step reads (a NaN fails)."""
-    going = (vamax.double() <= config.vmaxl) & finite
-    if residual is not None:
-        going = going & (residual.double() <= config.cg_tol * _SLACK)
-    return going
+def read_checks(checks: Mapping, read: tuple[str, ...]) -> dict:
+    """The check values ``read`` as Python floats, in one host read; the
+    others (imax, jmax) stay tensors until a stop needs them."""
+    if len(read) == 1:
+        values = [float(checks[read[0]])]
+    else:
+        values = torch.stack([checks[n].to(checks[read[-1]].dtype) for n in read]).tolist()
+    return {**checks, **dict(zip(read, values))}
 
 
 def _finite(s: dict) -> torch.Tensor:
@@ -303,14 +173,14 @@ class Core:
         # torch.compile each physics routine on its own
         self.compile = compile
         self.graphs = StepGraphs(self) if compile is True else None
-        self.routines = {name: (_compiled(fn) if compile == "routines" and name in COMPILED
-                                else fn)
+        self.routines = {name: (recompute.compiled_routine(fn)
+                                if compile == "routines" and name in COMPILED else fn)
                          for name, fn in stepping.ROUTINES.items()}
         # checkpoint="routines": recompute the heavy routines in the backward
         # pass instead of keeping their intermediates; "steps": whole steps
         self.checkpoint = checkpoint
         if checkpoint == "routines":
-            self.routines = {name: (_checkpointed(fn) if name in HEAVY else fn)
+            self.routines = {name: (recompute.checkpointed(fn) if name in HEAVY else fn)
                              for name, fn in self.routines.items()}
         self.config = config
         # the gradient policies of this core's steps (default: the config's
@@ -336,10 +206,6 @@ class Core:
         self.checkpoint_segment: int | None = None
         # steps between the stop checks' host reads (1: pom2k's, every step)
         self.check_every = check_every
-
-    @property
-    def name(self) -> str:
-        return self.external.core_name
 
     # pom2k names as attributes: core.u is core.state["u"]
     def __getattr__(self, name):
@@ -520,11 +386,12 @@ class Core:
         good, time, kept = self.state, self.time, len(self.generation_records)
         passed = None
         for iint in range(first, last + 1):
-            s, vamax, _, _, ok, _ = self._advance(self.state, iint, *self._fixed(iint), check=False)
+            s, checks, ok = self._advance(self.state, iint, *self._fixed(iint), check=False)
             object.__setattr__(self, "state", s)
             self.iint, self.time = iint, self._time(iint)
             passed = ok if passed is None else passed & ok
             self._capture()
+        vamax = checks["vamax"]
         passed, self.vamax = torch.stack([passed.to(vamax.dtype), vamax]).tolist()
         if passed == 1.0:
             return
@@ -550,12 +417,12 @@ class Core:
     def _lean(self, state: Mapping) -> bool:
         """Whether steps are recomputed checkpoints here (checkpoint="steps",
         gradients on, no forward-mode tangent)."""
-        return self.checkpoint == "steps" and torch.is_grad_enabled() and not _traced(state)
+        return self.checkpoint == "steps" and torch.is_grad_enabled() and not recompute.traced(state)
 
     def _unrecorded(self) -> bool:
         """Whether a step gives the same outputs whether autograd records it
         or not, so that a checkpoint's forward pass can skip the graph
-        (_Recomputed): the explicit core's eager steps."""
+        (recompute's): the explicit core's eager steps."""
         return self.graphs is None and getattr(self.external, "same_unrecorded", False)
 
     def _zero_work(self) -> dict:
@@ -576,17 +443,17 @@ class Core:
         they were are ``state``'s."""
         info = []
         p, *others = fixed
-        params = _tensor_params(p)
+        params = recompute.tensor_params(p)
 
         def run(given):
             given = dict(given)
-            q = {**p, **{k: given.pop(_PARAM + k) for k in params}}
+            q = {**p, **{k: given.pop(recompute.PARAM + k) for k in params}}
             s, *rest = self._advance({**self._zero_work(), **given}, iint, q, *others)
             info[:] = rest
             return s
-        inputs = {**state, **{_PARAM + k: v for k, v in params.items()}}
-        return ({**state, **_recomputed(run, inputs, CARRIED + tuple(_PARAM + k for k in params),
-                                        self._unrecorded())},
+        inputs = {**state, **{recompute.PARAM + k: v for k, v in params.items()}}
+        names = CARRIED + tuple(recompute.PARAM + k for k in params)
+        return ({**state, **recompute.recomputed(run, inputs, names, self._unrecorded())},
                 *info)
 
     def step(self, iint: int) -> None:
@@ -596,20 +463,17 @@ class Core:
         time = self._time(iint)
         fixed = self._fixed(iint)
         if self._lean(good):
-            s, vamax, imax, jmax, going, residual = self._lean_step(good, iint, fixed)
+            s, checks, going = self._lean_step(good, iint, fixed)
         else:
-            s, vamax, imax, jmax, going, residual = self._advance(good, iint, *fixed)
-        self.vamax = vamax
+            s, checks, going = self._advance(good, iint, *fixed)
+        self.vamax = checks["vamax"]
         object.__setattr__(self, "state", s)
         self.iint, self.time = iint, time
         if not going:
             self.last_good = good
-            if vamax > self.config.vmaxl:
-                raise CFLViolation(iint, vamax, int(imax), int(jmax), self.config.vmaxl,
-                                   field=self.external.checked_field)
-            if residual is not None and not residual <= self.config.cg_tol * _SLACK:
-                raise NotConverged(iint, residual, self.config.cg_tol, self.config.cg_maxiter)
-            raise NonFiniteState(iint, *first_non_finite(self.numpy_state()))
+            stop = self.external.failure(iint, self.config, checks)
+            raise stop if stop is not None else NonFiniteState(
+                iint, *first_non_finite(self.numpy_state()))
 
     def _segment_length(self, callback) -> int:
         """Steps per outer checkpoint for this window (1: none): two levels
@@ -627,28 +491,29 @@ class Core:
         :meth:`step` does: the segment runs again step by step."""
         fixed = {iint: self._fixed(iint) for iint in range(first, last + 1)}
         info = []
-        params = _tensor_params(fixed[first][0])     # the same tensors in every step's p
+        params = recompute.tensor_params(fixed[first][0])     # the same tensors in every step's p
 
         def run(state):
             state = dict(state)
-            given = {k: state.pop(_PARAM + k) for k in params}
+            given = {k: state.pop(recompute.PARAM + k) for k in params}
             for iint in range(first, last + 1):
                 p, *others = fixed[iint]
                 s, *rest = self._lean_step(state, iint, ({**p, **given}, *others))
-                if not rest[3]:                        # going
-                    raise _Stopped(iint)
+                if not rest[1]:                        # going
+                    raise recompute.Stopped(iint)
                 state, info[:] = s, rest
             return state
         good = self.state
-        inputs = {**good, **{_PARAM + k: v for k, v in params.items()}}
+        inputs = {**good, **{recompute.PARAM + k: v for k, v in params.items()}}
         try:
-            new = _recomputed(lambda given: run({**self._zero_work(), **given}), inputs,
-                              CARRIED + tuple(_PARAM + k for k in params), self._unrecorded())
-        except _Stopped:
+            new = recompute.recomputed(lambda given: run({**self._zero_work(), **given}), inputs,
+                                       CARRIED + tuple(recompute.PARAM + k for k in params),
+                                       self._unrecorded())
+        except recompute.Stopped:
             for iint in range(first, last + 1):
                 self.step(iint)
             return
-        self.vamax = info[0]
+        self.vamax = info[0]["vamax"]
         object.__setattr__(self, "state", {**good, **new})
         self.iint, self.time = last, self._time(last)
 
@@ -656,11 +521,11 @@ class Core:
                  policies: tuple, check: bool = True) -> tuple:
         """One pass of pom2k's main loop on ``state`` (not written), with the
         parameters ``p`` (ramp set), ``routines`` and gradient ``policies``
-        (captured_policies): the new state, vamax, (imax, jmax), whether
-        the run may go on and the solver's residual (None without one).
-        Without ``check`` nothing is read from the device: vamax, the
-        residual and whether it may go on are tensors, and the internal
-        mode runs whatever they say. A function of its arguments, so that
+        (captured_policies): the new state, the free-surface part's check
+        values (pompy.core.external.checks: vamax, imax, jmax, ...) and
+        whether the run may go on. Without ``check`` nothing is read from
+        the device: the values and whether it may go on are tensors, and
+        the internal mode runs whatever they say. A function of its arguments, so that
         it can be recomputed (checkpoint="steps")."""
         with policies_in_force(policies):
             return self._pass(state, iint, p, routines, time0, check)
@@ -677,8 +542,7 @@ class Core:
 
     def external_pass(self, state: Mapping, p: dict, routines: dict) -> dict:
         """The first half of a pass of pom2k's main loop: :meth:`terms`,
-        then the external mode (its vamax, imax, jmax and any cg_residual
-        in the result)."""
+        then the external mode (its check values in the result)."""
         return self.external.external_mode(self.terms(state, p, routines), p, routines)
 
     def runs_internal_mode(self, iint: int, time0: float) -> bool:
@@ -699,28 +563,24 @@ class Core:
         # (pompy.core.compiled): fortran_math's host callbacks, tangents,
         # torch.func transforms, and recorded steps whose gradient policies
         # the forward pass does not decide
-        compiled = (self.graphs is not None and not compat.in_force() and not _traced(state)
+        compiled = (self.graphs is not None and not compat.in_force() and not recompute.traced(state)
                     and (not _recording(state, p) or self.graphs.records_gradients()))
         run = self.graphs if compiled else self
         s = run.external_pass(state, p, routines)
+        part = self.external
+        checks = {n: s.pop(n) for n in part.checks}
         if not check:
-            vamax, residual = s.pop("vamax"), s.pop("cg_residual", None)
-            imax, jmax = s.pop("imax"), s.pop("jmax")
             s = run.internal_pass(s, iint, p, routines, time0)
-            return s, vamax, imax, jmax, within_limits(c, vamax, _finite(s), residual), residual
-        # the velocity check: the first value read from the device this
-        # step (a NaN fails it; pom2k's check skips NaN)
-        residual = s.pop("cg_residual", None)        # an implicit free surface's solver
-        if residual is None:
-            vamax = float(s.pop("vamax"))
-        else:                                        # one read for both checks
-            vamax, residual = torch.stack([s.pop("vamax").to(residual.dtype), residual]).tolist()
-        imax, jmax = s.pop("imax"), s.pop("jmax")
-        going = vamax <= c.vmaxl and (residual is None or residual <= c.cg_tol * _SLACK)
+            return s, checks, part.within(c, checks) & _finite(s)
+        # the part's checks (pom2k's velocity check, a solver's residual):
+        # the first values read from the device this step, in one read (a
+        # NaN fails them; pom2k's check skips NaN)
+        checks = read_checks(checks, part.read)
+        going = bool(part.within(c, checks))
         if going:
             s = run.internal_pass(s, iint, p, routines, time0)
             going = bool(_finite(s))             # the second value read
-        return s, vamax, imax, jmax, going, residual
+        return s, checks, going
 
     def run_generation_day(self, steps_per_day: int | None = None,
                            capture_interval: int = 0) -> list[dict]:

@@ -6,11 +6,12 @@ order) and runs pom2k's set-up, by the same path as the torch core
 advances the state in place through internal steps ``first..last``;
 ``OracleModel`` is the oracle as a driver's model (pompy.driver).
 
-Two free-surface schemes, as the torch cores: ``scheme="explicit"``
-(pom2k's mode split, the Fortran ``run_steps``; the default) and
-``scheme="implicit"`` (the semi-implicit free surface of
-pompy.core.external.implicit, the Fortran ``run_steps_implicit`` with
-``implicit_step`` and its own conjugate gradients, reference_fortran/implicit.f90).
+The free-surface scheme is that of a torch core's Fortran twin, named by
+the core (``core=``, a name of pompy.cores; pom2k's mode split by
+default, the semi-implicit free surface's twin is
+reference_fortran/implicit.f90): the Fortran ``run_steps`` takes the
+registry's ``twin`` as its ``scheme`` and runs one time loop with that
+external mode.
 """
 from __future__ import annotations
 
@@ -18,14 +19,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pompy import variables
+from pompy import cores, variables
 from pompy.config import Config, parameters
 from pompy.core.model import first_non_finite
 from pompy.core import setup
 from pompy.errors import CFLViolation, ConfigError, NonFiniteState, NotConverged
 from pompy.oracle.adapter import Oracle
 
-SCHEMES = ("explicit", "implicit")
 _ORACLE = None
 
 
@@ -59,40 +59,30 @@ def new_state(config: Config) -> dict[str, np.ndarray]:
 
 
 def run_steps(state: dict, config: Config, iint_first: int, iint_last: int,
-              time0: float = 0.0, scheme: str = "explicit") -> int:
-    """Advance ``state`` in place; return the last step taken.
+              time0: float = 0.0, core: str = cores.DEFAULT) -> int:
+    """Advance ``state`` in place with ``core``'s twin; return the last
+    step taken (see :func:`main_loop`)."""
+    return main_loop(state, config, iint_first, iint_last, time0, core)["iint_done"]
 
-    Raises CFLViolation (state left as pom2k leaves it) when vamax > vmaxl;
-    with ``scheme="implicit"`` also NotConverged when the elevation solver
-    misses cg_tol (see :func:`run_steps_implicit`).
+
+def main_loop(state: dict, config: Config, iint_first: int, iint_last: int,
+              time0: float = 0.0, core: str = cores.DEFAULT) -> dict:
+    """pom2k's main loop (Fortran ``run_steps``) with the external mode of
+    ``core``'s twin on ``state`` in place; returns the Fortran's outputs:
+    ``iint_done`` (the last step taken), that step's ``vamax``, ``imax``,
+    ``jmax``, ``cg_residual`` and ``cg_iters`` (a solving scheme's), and
+    ``cg_iters_total`` (all steps).
+
+    Stops as the torch core does after a failed check, the state left as
+    that step's external mode left it: CFLViolation when vamax > vmaxl
+    (as pom2k leaves it), else, for a core that solves for the elevation,
+    NotConverged when the solver missed cg_tol (not cg_residual <= cg_tol
+    (1 + 1e-9), the torch core's slack; a NaN too).
     """
     check_supported(config)
-    if scheme == "implicit":
-        return run_steps_implicit(state, config, iint_first, iint_last, time0)["iint_done"]
-    if scheme != "explicit":
-        raise ValueError(f"scheme={scheme!r}: one of {SCHEMES}")
-    params = dict(parameters(config), iint_first=iint_first, iint_last=iint_last, time0=time0)
+    params = dict(parameters(config), iint_first=iint_first, iint_last=iint_last, time0=time0,
+                  scheme=cores.get(core).twin)
     out = oracle().call("run_steps", state, params, inplace=True)
-    if out["vamax"] > config.vmaxl:
-        raise CFLViolation(out["iint_done"], out["vamax"], out["imax"], out["jmax"], config.vmaxl)
-    return out["iint_done"]
-
-
-def run_steps_implicit(state: dict, config: Config, iint_first: int, iint_last: int,
-                       time0: float = 0.0) -> dict:
-    """The implicit scheme's main loop (Fortran ``run_steps_implicit``) on
-    ``state`` in place; returns the Fortran's outputs: ``iint_done`` (the
-    last step taken), that step's ``vamax``, ``imax``, ``jmax``,
-    ``cg_residual`` and ``cg_iters``, and ``cg_iters_total`` (all steps).
-
-    Stops as the torch ImplicitCore does after a failed check, the state
-    left as that step's implicit step left it: CFLViolation when vamax >
-    vmaxl, else NotConverged when the solver missed cg_tol (not
-    cg_residual <= cg_tol (1 + 1e-9), the torch core's slack; a NaN too).
-    """
-    check_supported(config)
-    params = dict(parameters(config), iint_first=iint_first, iint_last=iint_last, time0=time0)
-    out = oracle().call("run_steps_implicit", state, params, inplace=True)
     iint = out["iint_done"]
     if out["stopped"] == 1:
         raise CFLViolation(iint, out["vamax"], out["imax"], out["jmax"], config.vmaxl)
@@ -109,22 +99,20 @@ class OracleModel:
     last good step is recomputed from it (bit for bit) rather than copied
     at every step.
 
-    ``scheme``: "explicit" (pom2k's mode split, name "oracle") or
-    "implicit" (the semi-implicit free surface, name "oracle_implicit"),
-    the Fortran twins of ExplicitCore and ImplicitCore. The implicit
-    scheme stops as ImplicitCore: CFLViolation, NotConverged (the
-    solver), or NonFiniteState at the first step whose state is not
-    finite (a NaN reaches the solver a step later as a NaN residual)."""
+    ``core``: the torch core whose Fortran twin this is (pompy.cores; its
+    runs are named by the registry's ``twin_name``: "oracle" for pom2k's
+    mode split). A twin that solves for the elevation stops as its core:
+    CFLViolation, NotConverged (the solver), or NonFiniteState at the
+    first step whose state is not finite (a NaN reaches the solver a step
+    later as a NaN residual)."""
 
     chunk = 10
 
-    def __init__(self, config: Config, scheme: str = "explicit"):
-        if scheme not in SCHEMES:
-            raise ValueError(f"scheme={scheme!r}: one of {SCHEMES}")
+    def __init__(self, config: Config, core: str = cores.DEFAULT):
+        self.spec = cores.get(core)
         check_supported(config)
         self.config = config
-        self.scheme = scheme
-        self.name = "oracle" if scheme == "explicit" else "oracle_implicit"
+        self.name = self.spec.twin_name
         self.state = new_state(config)
         self.iint = 0
         self.time0 = 0.0
@@ -138,7 +126,7 @@ class OracleModel:
         return self.state
 
     def _run(self, state: dict, first: int, last: int) -> int:
-        return run_steps(state, self.config, first, last, self.time0, self.scheme)
+        return run_steps(state, self.config, first, last, self.time0, self.spec.name)
 
     def advance(self, last: int, on_step: Callable[[int, float], None] | None = None) -> None:
         while self.iint < last:
@@ -147,7 +135,7 @@ class OracleModel:
             try:
                 self._run(self.state, self.iint + 1, stop)
             except (CFLViolation, NotConverged) as exc:
-                start = _copy(kept) if self.scheme == "implicit" else None
+                start = _copy(kept) if self.spec.solver else None
                 if exc.iint - 1 > self.iint:
                     self._run(kept, self.iint + 1, exc.iint - 1)
                 if start is not None and not _finite(kept):

@@ -36,12 +36,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pompy import cores
 from pompy.compare import differences as compare_files
 from pompy.config import Config, load_config
 from pompy.errors import InputError, ModelStop
 from pompy.oracle.driver import check_supported
 
-CORES = ("explicit", "implicit")
 DESCRIPTION = __doc__.split("\n\n", 2)[2].split("\nAn existing")[0]
 
 
@@ -51,9 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", metavar="NAME=VALUE",
                         help="override one parameter, value as in a namelist (repeatable)")
     parser.add_argument("--days", type=float, help="run length in days (default: the config's days)")
-    parser.add_argument("--cores", default="explicit", metavar="CORE[,CORE]",
-                        help="torch cores to report on, comma-separated: explicit, implicit "
-                             "(default explicit)")
+    parser.add_argument("--cores", default=cores.DEFAULT, metavar="CORE[,CORE]",
+                        help=f"torch cores to report on, comma-separated: "
+                             f"{', '.join(cores.NAMES)} (default {cores.DEFAULT})")
     parser.add_argument("--golden", type=Path, metavar="DIR",
                         help="compare with legacy pom2k states in DIR (iint_NNNNNN.npz, as "
                              "../shared/golden/seamount)")
@@ -64,11 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_cores(text: str) -> list[str]:
-    cores = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in cores if c not in CORES]
-    if bad or not cores:
-        raise InputError(f"--cores {text}: one or more of {', '.join(CORES)}, comma-separated")
-    return list(dict.fromkeys(cores))
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in names if c not in cores.CORES]
+    if bad or not names:
+        raise InputError(f"--cores {text}: one or more of {', '.join(cores.NAMES)}, "
+                         "comma-separated")
+    return list(dict.fromkeys(names))
 
 
 def require_oracle() -> None:
@@ -149,7 +150,7 @@ def _records(oracle_file: Path, torch_file: Path) -> dict:
     return records
 
 
-def make_report(config: Config, config_file: str, cores: list[str], output: Path,
+def make_report(config: Config, config_file: str, names: list[str], output: Path,
                 golden: Path | None = None, overwrite: bool = False, command: str = "",
                 progress: bool = True) -> dict:
     """Run, compare, plot and write the report; returns report.json's body."""
@@ -159,13 +160,15 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
 
     require_oracle()
     found = golden_states(golden, config)
-    if found and "explicit" not in cores:
-        raise InputError("--golden compares runs of pom2k's scheme: give --cores with explicit")
+    if found and not any(cores.get(c).golden for c in names):
+        pom2k = [n for n in cores.NAMES if cores.get(n).golden]
+        raise InputError(f"--golden compares runs of pom2k's scheme: give --cores with "
+                         f"{' or '.join(pom2k)}")
     check_supported(config)             # what the oracle cannot run, before any folder is made
     output = Path(output)
     prepare_folder(output, overwrite)
     steps = config.iend
-    runs = plan(cores)
+    runs = plan(names)
     env = environment()                 # the sources hashed before they run, as verify does
     started = datetime.now(timezone.utc)
     wall = time.perf_counter()
@@ -218,10 +221,10 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
         "ratio_to_oracle": {r.label: per_step[r.label] / per_step[r.oracle]
                             if per_step[r.oracle] > 0 else None for r in runs}}
     pngs = {}
-    for core in cores:
+    for core in names:
         pngs[f"maps_{core}"] = figures.maps(res, core, next(r.oracle for r in runs if r.core == core),
                                             config)
-    for core in cores:
+    for core in names:
         pngs[f"error_growth_{core}"] = figures.error_growth(res, [core, f"{core}_fortran_math"])
     pngs["conservation"] = figures.conservation(res)
     pngs["timing"] = figures.timing(res, per_step, body["timing"]["ratio_to_oracle"])
@@ -232,7 +235,7 @@ def make_report(config: Config, config_file: str, cores: list[str], output: Path
 
 def run_command(args: argparse.Namespace) -> int:
     """`pompy report`: 0 every check passed, 1 one failed, 3 a run stopped."""
-    cores = parse_cores(args.cores)
+    names = parse_cores(args.cores)
     overrides = list(args.set or [])
     if args.days is not None:
         if not (args.days > 0 and math.isfinite(args.days)):
@@ -240,7 +243,7 @@ def run_command(args: argparse.Namespace) -> int:
         overrides.append(f"days={args.days!r}")
     config = load_config(args.config, overrides)
     try:
-        body = make_report(config, str(args.config), cores, args.output, args.golden,
+        body = make_report(config, str(args.config), names, args.output, args.golden,
                            args.overwrite, command_line(args))
     except ModelStop as exc:
         print(f"pompy report: a run stopped: {exc}", file=sys.stderr)

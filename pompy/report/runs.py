@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pompy import variables
+from pompy import cores, variables
 from pompy.compare import difference
 from pompy.config import Config
 from pompy.core.model import forward_only
@@ -41,20 +41,20 @@ GOLDEN_LAYOUT = ("pom2k states named iint_NNNNNN.npz (NNNNNN the internal step, 
 class Run:
     """One run of a report: ``label`` names it everywhere (page and JSON)."""
     label: str
-    core: str              # the scheme: "explicit" or "implicit"
+    core: str              # the torch core (pompy.cores) of the scheme
     kind: str              # "torch", "fortran_math" or "oracle"
 
     @property
     def oracle(self) -> str:
         """The label of the oracle run this run is compared with."""
-        return "oracle" if self.core == "explicit" else "oracle_implicit"
+        return cores.get(self.core).twin_name
 
     @property
     def description(self) -> str:
+        spec = cores.get(self.core)
         if self.kind == "oracle":
-            return ("the Fortran oracle (pom2k's algorithm)" if self.core == "explicit" else
-                    "the implicit core's Fortran twin (reference_fortran/implicit.f90)")
-        solver = ", reference CG" if self.core == "implicit" and self.kind == "fortran_math" else ""
+            return spec.twin_description
+        solver = ", reference CG" if spec.solver and self.kind == "fortran_math" else ""
         math_ = "pom2k's elementary functions" if self.kind == "fortran_math" else \
             "torch's elementary functions"
         return f"the torch {self.core} core, {math_}{solver}"
@@ -63,17 +63,17 @@ class Run:
     def command(self) -> str:
         """The `pompy run` options of this run."""
         if self.kind == "oracle":
-            return "--core oracle" if self.core == "explicit" else "--core implicit --oracle"
+            return (f"--core {cores.ORACLE}" if self.oracle == cores.get(cores.DEFAULT).twin_name
+                    else f"--core {self.core} --oracle")
         return f"--core {self.core}" + (" --fortran-math" if self.kind == "fortran_math" else "")
 
 
-def plan(cores: list[str]) -> list[Run]:
+def plan(names: list[str]) -> list[Run]:
     """Per core: the oracle of its scheme, the torch core, and the torch core
     with --fortran-math."""
     runs = []
-    for core in cores:
-        oracle = "oracle" if core == "explicit" else "oracle_implicit"
-        runs += [Run(oracle, core, "oracle"), Run(core, core, "torch"),
+    for core in names:
+        runs += [Run(cores.get(core).twin_name, core, "oracle"), Run(core, core, "torch"),
                  Run(f"{core}_fortran_math", core, "fortran_math")]
     return runs
 
@@ -167,8 +167,7 @@ def _math(run: Run):
 def _model(config: Config, run: Run):
     with _math(run):
         if run.kind == "oracle":
-            return make_model(config, "oracle" if run.core == "explicit" else "implicit",
-                              check_cfl=True, oracle=run.core == "implicit")
+            return make_model(config, run.core, check_cfl=True, oracle=True)
         return make_model(config, run.core, check_cfl=True)
 
 
@@ -235,7 +234,7 @@ def _golden(res: Results, runs: list[Run], states: dict, step: int, path: Path) 
     with np.load(path) as npz:
         want = {k: npz[k] for k in npz.files if k in variables.ALL}
     for r in runs:
-        if r.core != "explicit":
+        if not cores.get(r.core).golden:
             continue
         got = states[r.label]
         res.golden.setdefault(r.label, {})[step] = {

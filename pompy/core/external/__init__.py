@@ -7,8 +7,7 @@ depth-mean velocities (el, elb, ua, uab, va, vab, d) and what the
 internal mode reads of them: egf (the step's mean elevation), etf (the
 internal mode's new elevation) and utf, vtf (the transports the 3-D
 velocities are adjusted to); plus ``vamax``, ``imax``, ``jmax`` of its
-velocity check. ``core_name`` names the core it makes and
-``checked_field`` the field of the check. A scheme of several passes may
+velocity check, and ``checked_field`` the field of the check. A scheme of several passes may
 also give ``begin(s, p) -> s``, ``passes(p)`` (the kind of each pass) and
 ``step(s, p, routines, kind) -> s`` (one pass), which its external_mode
 runs in turn, so that a compiled core (pompy.core.compiled) makes one graph

@@ -50,10 +50,17 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pompy.calls import apply
+from pompy.config import Config
 from pompy.core.external import cg
-from pompy.core.external.split import _vel_check
+from pompy.core.external.checks import (VELOCITY, as_float64, vel_check, velocity_failure,
+                                        velocity_within)
+from pompy.errors import NotConverged
 from pompy.ops import X, Y, inside, over, put, span
 from pompy.utils.safety import safe_divide, safe_sqrt
+
+
+# the residual's slack over cg_tol (converged; the Fortran twin's the same)
+SLACK = 1.0 + 1e-9
 
 
 def _explicit_forces(s: dict, p: dict) -> tuple[Tensor, Tensor]:
@@ -209,7 +216,7 @@ def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
     uaf = torch.cat([uaf[:1], uaf], X)
     vaf = torch.cat([vaf[:, :1], vaf], Y)
     s["uaf"], s["vaf"] = uaf * s["dum"], vaf * s["dvm"]
-    s["vamax"], s["imax"], s["jmax"] = _vel_check(s["vaf"])
+    s["vamax"], s["imax"], s["jmax"] = vel_check(s["vaf"])
     s["utf"] = put(s["utf"], safe_divide(mean_u[1:], dyu, layer="external_step"), i=(2, im))
     s["vtf"] = put(s["vtf"], safe_divide(mean_v[:, 1:], dxv, layer="external_step"), j=(2, jm))
     s["egf"] = theta * elf + (1 - theta) * el
@@ -232,13 +239,43 @@ def _edge_b(rad: dict, im: int, jm: int, zero: Tensor) -> Tensor:
 
 
 class SemiImplicit:
-    """The implicit free surface: one :func:`implicit_step` per internal step."""
+    """The implicit free surface: one :func:`implicit_step` per internal
+    step. Its stop checks (pompy.core.external.checks): the velocity check
+    and the solver's relative residual ``cg_residual`` within cg_tol."""
 
-    core_name = "implicit"
     checked_field = "vaf"
+    checks = (*VELOCITY, "cg_residual")
+    read = ("vamax", "cg_residual")
 
     def __init__(self, solver: Callable = cg.solve_auto):
         self.solver = solver
 
     def external_mode(self, s: dict, p: dict, routines: Mapping[str, Callable]) -> dict:
         return implicit_step(s, p, routines, self.solver)
+
+    def within(self, config: Config, values: Mapping):
+        return velocity_within(config, values) & converged(config, values["cg_residual"])
+
+    def batch_refusal(self) -> str | None:
+        """A batch runs the reference CG (the PCG's early exit reads the
+        host, which vmap cannot batch): a core built with another solver
+        would not be its single run."""
+        if self.solver is not cg.solve:
+            return "a core's elevation solver is not the reference CG, which a batch runs"
+        return None
+
+    def batched(self) -> SemiImplicit:
+        """The part with the reference CG: no host read inside vmap."""
+        return SemiImplicit(cg.solve)
+
+    def failure(self, iint: int, config: Config, values: Mapping):
+        stop = velocity_failure(iint, config, values, self.checked_field)
+        if stop is None and not converged(config, values["cg_residual"]):
+            stop = NotConverged(iint, values["cg_residual"], config.cg_tol, config.cg_maxiter)
+        return stop
+
+
+def converged(config: Config, residual):
+    """The solver's relative residual within cg_tol (a NaN is not): it stops
+    on |r|^2 <= tol^2 |b|^2, and |r|/|b| may round a few ulps past tol."""
+    return as_float64(residual) <= config.cg_tol * SLACK

@@ -11,23 +11,13 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import torch
-from torch import Tensor
 
 from pompy.calls import apply
+from pompy.config import Config
+from pompy.core.external.checks import VELOCITY, vel_check, velocity_failure, velocity_within
 from pompy.core.stepping import ROUTINES
 from pompy.ops import put, span
 from pompy.utils.safety import safe_divide
-
-
-def _vel_check(vaf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """max |vaf| and pom2k's (imax, jmax): the last point, in Fortran order,
-    where it is reached. Tensors: no host synchronisation."""
-    a = vaf.detach().abs()
-    # the values in Fortran order (i fastest) read from the end: the first
-    # maximum there (torch.max's index) is pom2k's last
-    vamax, back = torch.max(a.t().flip((0, 1)).reshape(-1), 0)
-    im, jm = vaf.shape
-    return vamax, im - back % im, jm - back // im
 
 
 class PassKind(NamedTuple):
@@ -118,7 +108,7 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES,
     elif kind.etf == 3:
         s["etf"] = (s["etf"] + .5 * s["elf"]) * s["fsm"]
     # velocity check (generally the CFL criterion)
-    s["vamax"], s["imax"], s["jmax"] = _vel_check(s["vaf"])
+    s["vamax"], s["imax"], s["jmax"] = vel_check(s["vaf"])
     ok = s["vamax"] <= p["vmaxl"]
     # filter to remove the time split, then shift the time levels
     new = {}
@@ -148,8 +138,9 @@ class SplitExplicit:
     etf filtered over the last three, its transports utf, vtf and mean
     elevation egf summed over the passes."""
 
-    core_name = "explicit"
     checked_field = "vaf"
+    checks = VELOCITY                   # its stop checks (pompy.core.external.checks)
+    read = ("vamax",)                   # read each checked step
     step = staticmethod(external_step)
     # the same outputs whether autograd records a pass or not (Core._unrecorded)
     same_unrecorded = True
@@ -176,3 +167,17 @@ class SplitExplicit:
         for kind in self.passes(p):
             s = self.step(s, p, routines, kind)
         return s
+
+    def within(self, config: Config, values: Mapping):
+        return velocity_within(config, values)
+
+    def batch_refusal(self) -> str | None:
+        """Why members cannot run batched (pompy.core.ensemble), or None."""
+        return None
+
+    def batched(self) -> SplitExplicit:
+        """The part as a batch runs it: itself (it reads nothing on the host)."""
+        return self
+
+    def failure(self, iint: int, config: Config, values: Mapping):
+        return velocity_failure(iint, config, values, self.checked_field)

@@ -1,0 +1,181 @@
+"""The trainer's data: the dataset opened and checked against the config,
+its split by members, batches of samples (collate_samples), and the
+networks' view of a core's state (the packed channels, their normaliser,
+corrections back into the state).
+
+Channels (``pack_pom_batch``): u, v, t, s at k = 1..kb-1, then el, ua,
+va, uab, vab (pompy.variables.names("packed")): 4*(kb-1)+5 channels, each
+a (jm, im) image (rows j, columns i), normalised per channel by a
+:class:`Normalizer` fitted on the training split (mean and standard
+deviation over the wet points) and zero on land.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import netCDF4
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from pompy import variables
+from pompy.config import Config
+from pompy.dataset import MEMBER_PARAMS, SnapshotDataset, member_params
+from pompy.errors import InputError
+
+PACKED = tuple(variables.names("packed"))
+# where each field lives: its land mask
+MASKS = {"T": "fsm", "U": "dum", "V": "dvm"}
+
+
+# ------------------------------------------------------------------ the dataset
+def open_dataset(path: Path, horizon: int, fields: Sequence[str], config: Config,
+                 steps_per_correction: int) -> tuple[SnapshotDataset, dict]:
+    """The dataset at ``path`` and its land masks (fsm, dum, dvm); an
+    InputError where it cannot serve ``config``'s training."""
+    try:
+        ds = SnapshotDataset(path, horizon=horizon, fields=fields)
+    except (OSError, ValueError) as err:
+        raise InputError(f"--data {path}: {err}") from err
+    try:
+        return ds, _check_dataset(ds, path, horizon, config, steps_per_correction)
+    except InputError:
+        ds.close()
+        raise
+
+
+def _check_dataset(ds: SnapshotDataset, path: Path, horizon: int, c: Config,
+                   steps_per_correction: int) -> dict:
+    """Its samples, grid, snapshot spacing and dti against the config's;
+    its land masks."""
+    if len(ds) == 0:
+        raise InputError(f"--data {path}: no sample of horizon {horizon} (each member "
+                         f"needs more than {horizon} snapshots)")
+    first = ds[0]
+    record = ds.restore_record(first)
+    for name in ("h", "fsm"):
+        want = variables.shape(name, c.im, c.jm, c.kb)
+        if tuple(record[name].shape) != want:
+            raise InputError(f"--data {path}: its grid is {tuple(record[name].shape)}, the "
+                             f"config's {want}: generate it from this config")
+    spacing = int(first["target_iint"][0]) - int(first["iint"])
+    if spacing != steps_per_correction:
+        raise InputError(f"--data {path}: snapshots are {spacing} steps apart, but a "
+                         f"correction cycle is steps_per_correction="
+                         f"{steps_per_correction} steps; generate with --every "
+                         f"{steps_per_correction * c.dti / 86400!r} days")
+    with netCDF4.Dataset(ds.paths[0]) as nc:
+        data_dti = float(nc.dti)
+    if not math.isclose(data_dti, c.dti, rel_tol=1e-12):
+        raise InputError(f"--data {path}: generated with dti = {data_dti} s, the config's "
+                         f"dti is {c.dti} s")
+    return {n: record[n] for n in ("fsm", "dum", "dvm")}
+
+
+def split_members(ds: SnapshotDataset, test_fraction: float) -> tuple[list[int], list[int]]:
+    """(training, test) sample indices: the last ``test_fraction`` of the
+    members test, whole."""
+    per_member = len(ds) // len(ds.members)
+    members = len(ds.members)
+    n_train = members - int(members * float(test_fraction))
+    return (list(range(n_train * per_member)),
+            list(range(n_train * per_member, members * per_member)))
+
+
+def collate_samples(dataset: SnapshotDataset, samples: list[dict]) -> tuple[dict, dict]:
+    """(ics, refs) of a list of SnapshotDataset samples: ics = {"state":
+    {name: (B, ...)}, "iint": (B,), "time0": (B,), "params": {name: (B,)}},
+    refs = {name: (B, T, ...)}."""
+    ics = {"state": {name: torch.stack([s["state"][name] for s in samples])
+                     for name in samples[0]["state"]},
+           "iint": torch.tensor([int(s["iint"]) for s in samples]),
+           "time0": torch.tensor([float(dataset.restore_record(s)["time0"]) for s in samples],
+                                 dtype=torch.float64),
+           "params": {name: torch.tensor([member_params(s)[name] for s in samples],
+                                         dtype=torch.float64) for name in MEMBER_PARAMS}}
+    refs = {name: torch.stack([s["target"][name] for s in samples]) for name in samples[0]["target"]}
+    return ics, refs
+
+
+# ------------------------------------------------------------------ the channels
+def channel_layout(kb: int) -> list[tuple[str, int | None]]:
+    """(field, level index or None for 2-D) of each packed channel, in order."""
+    layout = []
+    for name in PACKED:
+        if len(variables.ALL[name].dims) == 3:
+            layout += [(name, k) for k in range(kb - 1)]
+        else:
+            layout.append((name, None))
+    return layout
+
+
+def channel_masks(grid: Mapping, kb: int) -> torch.Tensor:
+    """(C, jm, im) land masks of the packed channels (fsm, dum or dvm)."""
+    masks = [grid[MASKS[variables.ALL[name].location]].T for name, _ in channel_layout(kb)]
+    return torch.stack(masks)
+
+
+class Normalizer(nn.Module):
+    """Per-channel mean and standard deviation of the packed fields over
+    the wet points, and the channels' land masks (all buffers: saved with
+    checkpoints, moved with .to())."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, mask: torch.Tensor):
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+        self.register_buffer("mask", mask)
+
+    @classmethod
+    def fit(cls, states: list[Mapping], grid: Mapping, kb: int) -> Normalizer:
+        """From initial states (pom2k arrays by name): float64 statistics."""
+        mask = channel_masks(grid, kb).to(torch.float64)
+        packed = torch.stack([pack_state(s, kb).to(torch.float64) for s in states])   # (N, C, H, W)
+        count = mask.sum((1, 2)) * len(states)
+        mean = (packed * mask).sum((0, 2, 3)) / count.clamp(min=1)
+        var = (((packed - mean[:, None, None]) * mask) ** 2).sum((0, 2, 3)) / count.clamp(min=1)
+        std = var.sqrt()
+        tiny = 1e-12 * mean.abs().clamp(min=1e-30)
+        std = torch.where(std > tiny, std, torch.ones_like(std))
+        return cls(mean, std, mask)
+
+    def normalize(self, packed: torch.Tensor) -> torch.Tensor:
+        return (packed - self.mean[:, None, None].to(packed)) / self.std[:, None, None].to(packed) \
+            * self.mask.to(packed)
+
+
+def pack_state(state: Mapping, kb: int) -> torch.Tensor:
+    """(C, jm, im): the packed fields of one state, unnormalised."""
+    parts = []
+    for name in PACKED:
+        a = state[name]
+        parts.append(a[:, :, :kb - 1].permute(2, 1, 0) if a.dim() == 3 else a.T[None])
+    return torch.cat(parts)
+
+
+def pack_pom_batch(poms: Sequence, normalizer: Normalizer) -> torch.Tensor:
+    """(B, 4*(kb-1)+5, jm, im): the cores' packed fields, normalised."""
+    kb = poms[0].config.kb
+    return normalizer.normalize(torch.stack([pack_state(pom.state, kb) for pom in poms]))
+
+
+def apply_correction_to_pom(pom, correction: torch.Tensor, normalizer: Normalizer,
+                            scale_factor: float = 1e-3) -> None:
+    """field += scale_factor * std_c * correction_c on the wet points, for
+    each packed channel c (correction: (C, jm, im), normalised units)."""
+    kb = pom.config.kb
+    delta = correction * (scale_factor * normalizer.std[:, None, None].to(correction)) \
+        * normalizer.mask.to(correction)
+    changes, c = {}, 0
+    for name in PACKED:
+        field = pom.state[name]
+        if field.dim() == 3:
+            d = delta[c:c + kb - 1].permute(2, 1, 0).to(field.dtype)
+            changes[name] = field + F.pad(d, (0, 1))
+            c += kb - 1
+        else:
+            changes[name] = field + delta[c].T.to(field.dtype)
+            c += 1
+    pom.inject(changes)

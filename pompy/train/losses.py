@@ -1,0 +1,39 @@
+"""The trainer's losses: the seed's per-field weights, the CSV log's
+columns, the masked per-field MSEs and their weighted sum."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from pompy import variables
+from pompy.train.data import MASKS
+
+# the seed's loss table, in CSV order
+LOSS_WEIGHTS: dict[str, float] = {"u": 12.0, "ub": 18.0, "v": 10.0, "vb": 12.0, "t": 1.0,
+                                  "s": 6.0, "el": 30.0, "ua": 60.0, "uab": 60.0, "va": 60.0,
+                                  "vab": 60.0}
+LOSS_FIELDS = tuple(LOSS_WEIGHTS)
+CSV_COLUMNS = ("Epoch", "Step", "Phase", "TotalLoss",
+               *(f"{name.upper()}_MSE" for name in LOSS_FIELDS))
+
+
+def component_losses(preds: Mapping, refs: Mapping, grid: Mapping, kb: int,
+                     device: torch.device) -> dict[str, torch.Tensor]:
+    """Per field: the MSE over the wet points (its mask) and levels
+    k = 1..kb-1 of 3-D fields, over the batch and the T snapshots."""
+    losses = {}
+    for name in LOSS_FIELDS:
+        p, r = preds[name], refs[name].to(device=device, dtype=preds[name].dtype)
+        mask = grid[MASKS[variables.ALL[name].location]].to(p)
+        if p.dim() == 5:
+            p, r = p[..., :kb - 1], r[..., :kb - 1]
+            mask = mask[..., None].expand(*mask.shape, kb - 1)
+        count = mask.sum() * p.shape[0] * p.shape[1]
+        losses[name] = ((p - r) ** 2 * mask).sum() / count
+    return losses
+
+
+def weighted_total(weights: Mapping[str, float], losses: Mapping, display_scale: float):
+    """display_scale * sum_f w_f L_f."""
+    return display_scale * sum(weights[name] * losses[name] for name in LOSS_FIELDS)

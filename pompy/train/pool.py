@@ -1,0 +1,86 @@
+"""The trainer's cores: built and set up, pooled (CorePool: captured clean
+states restored as fresh detached tensors each batch), given a sample's
+initial state (inject_core_state), and a batch of them stepped as one
+ensemble where that equals their own runs (run_as_ensemble)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pompy.config import Config
+from pompy.dataset import member_params
+from pompy.errors import ModelStop
+
+
+def build_initialized_core(core_cls, config: Config, device, dtype):
+    core = core_cls(config, device=device, dtype=dtype)
+    core.run_initialization()
+    return core
+
+
+def capture_core_state(core) -> dict:
+    """The core's clean state: fresh detached tensors (Core.capture)."""
+    return core.capture()
+
+
+def restore_core_state(core, snapshot: Mapping) -> None:
+    """Back to a captured state; every tensor a fresh detached clone, so no
+    autograd history of an earlier batch reaches the next."""
+    core.restore(snapshot)
+
+
+class CorePool:
+    """pool_size initialised cores and their clean-state snapshots;
+    ``reset_batch(B)`` restores the first B and returns them."""
+
+    def __init__(self, core_cls, config: Config, device, dtype, pool_size: int):
+        self.cores = [build_initialized_core(core_cls, config, device, dtype)
+                      for _ in range(pool_size)]
+        self.snapshots = [capture_core_state(core) for core in self.cores]
+        self.params = [dict(core.params) for core in self.cores]
+
+    def reset_batch(self, batch_size: int) -> list:
+        if batch_size > len(self.cores):
+            raise ValueError(f"a batch of {batch_size} from a pool of {len(self.cores)} cores")
+        for core, snapshot, params in zip(self.cores, self.snapshots, self.params[:batch_size]):
+            restore_core_state(core, snapshot)
+            core.params = dict(params)          # learned parameters of a batch go too
+        return self.cores[:batch_size]
+
+
+def inject_core_state(core, ics: Mapping, sample_index: int) -> None:
+    """Sample ``sample_index`` of a batch's initial states into the core
+    (Core.inject: autograd kept), with its step counter, time and the
+    member's parameters (pompy.dataset.member_params)."""
+    core.inject({name: value[sample_index] for name, value in ics["state"].items()})
+    # the member's forcing (e.g. a --perturb wind factor), after reset_batch restored params
+    core.params = dict(core.params, **member_params({name: value[sample_index]
+                                                     for name, value in ics["params"].items()}))
+    iint, time0 = int(ics["iint"][sample_index]), float(ics["time0"][sample_index])
+    core.iint, core.time0 = iint, time0
+    core.time = core.config.dti * iint / 86400.0 + time0
+    core.last_good = None
+
+
+def run_as_ensemble(poms: list, steps: int) -> bool:
+    """``steps`` physics steps of ``poms`` as one ensemble
+    (pompy.core.ensemble: every routine batched), each core then taking
+    its member's state, equal to its own run to the last bit (values and
+    gradients). Where that holds (pompy.core.ensemble.mismatch: for one,
+    not the implicit core, whose single runs may take the PCG) it returns
+    True; else, or when a member stops (the cores untouched), False: the
+    cores step one by one, so a stop is a core's."""
+    from pompy.core.ensemble import Ensemble, mismatch
+
+    if mismatch(poms) is not None:
+        return False
+    ensemble = Ensemble.of(poms)
+    try:
+        ensemble.advance(steps)
+    except ModelStop:
+        return False
+    vamax = ensemble.vamax.tolist()
+    for m, pom in enumerate(poms):
+        pom.state = ensemble.member(m)
+        pom.iint, pom.time = ensemble.iint, pom._time(ensemble.iint)
+        pom.vamax, pom._loop_mode = vamax[m], "gradient"    # as run_time_loop leaves them
+    return True
