@@ -67,19 +67,24 @@ class NonFiniteState(ModelStop):
 
 
 class NotConverged(ModelStop):
-    """The implicit free surface's elevation solver missed its tolerance."""
+    """An elevation solve of the implicit free surface missed its
+    tolerance: the step's own (``solve`` "elevation solver", at step
+    ``iint``), or the adjoint or tangent solve of a derivative (``iint``
+    None: the backward or forward-mode pass knows no step)."""
 
-    def __init__(self, iint: int, residual: float, tol: float, maxiter: int,
-                 restart: Path | None = None):
+    def __init__(self, iint: int | None, residual: float, tol: float, maxiter: int,
+                 restart: Path | None = None, solve: str = "elevation solver"):
         self.iint, self.residual, self.tol, self.maxiter, self.restart = (iint, residual, tol,
                                                                           maxiter, restart)
+        self.solve = solve
+        where = "" if iint is None else f"step iint={iint}: "
         super().__init__(self._finish(
-            f"step iint={iint}: the elevation solver stopped at relative residual {residual:.3g} "
+            f"{where}the {solve} stopped at relative residual {residual:.3g} "
             f"> cg_tol={tol:g} after cg_maxiter={maxiter} iterations (raise cg_maxiter, or lower "
             "dti)"))
 
     def with_restart(self, path: Path) -> NotConverged:
-        return NotConverged(self.iint, self.residual, self.tol, self.maxiter, path)
+        return NotConverged(self.iint, self.residual, self.tol, self.maxiter, path, self.solve)
 
 
 class Interrupted(Exception):

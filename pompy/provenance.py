@@ -26,23 +26,30 @@ NOT_PHYSICS = ("pompy/__init__.py", "pompy/errors.py", "pompy/utils/__init__.py"
 def physics_sources() -> list[tuple[str, Path]]:
     """(name, file) of pompy's physics sources, sorted by name: pompy/core/**/*.py,
     pompy/ops.py, pompy/utils/safety.py, pompy/autodiff/*.py, the modules
-    the cores run besides (calls, compat, config, variables, icfile, io,
-    oracle/*.py) and the Fortran oracle's reference_fortran/*.f90 (named so
+    the cores run besides (calls, compat, config, the registry cores,
+    variables, icfile, io, oracle/*.py) and the Fortran oracle's reference_fortran/*.f90 (named so
     wherever it is installed)."""
     files = [*PACKAGE.glob("core/**/*.py"), PACKAGE / "ops.py", PACKAGE / "utils" / "safety.py",
              *PACKAGE.glob("autodiff/*.py"),
-             *(PACKAGE / f"{name}.py" for name in ("calls", "compat", "config", "variables",
-                                                    "icfile", "io")),
+             *(PACKAGE / f"{name}.py" for name in ("calls", "compat", "config", "cores",
+                                                    "variables", "icfile", "io")),
              *PACKAGE.glob("oracle/*.py")]
     named = [(f"pompy/{f.relative_to(PACKAGE).as_posix()}", f) for f in files]
     named += [(f"reference_fortran/{f.name}", f) for f in SOURCE_DIR.glob("*.f90")]
     return sorted(named)
 
 
-def source_hash() -> str:
-    """sha256 (hex) over the physics sources: each file's name, length and bytes."""
+def verifier_sources() -> list[tuple[str, Path]]:
+    """(name, file) of the verifier, pompy/verify/*.py, sorted by name: what
+    a certificate's figures were measured by besides the physics."""
+    return sorted((f"pompy/verify/{f.name}", f) for f in (PACKAGE / "verify").glob("*.py"))
+
+
+def source_hash(sources: list[tuple[str, Path]] | None = None) -> str:
+    """sha256 (hex) over ``sources`` (default: the physics sources): each
+    file's name, length and bytes."""
     h = hashlib.sha256()
-    for name, path in physics_sources():
+    for name, path in physics_sources() if sources is None else sources:
         data = path.read_bytes()
         h.update(name.encode() + b"\0" + len(data).to_bytes(8, "little"))
         h.update(data)

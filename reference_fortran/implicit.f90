@@ -140,7 +140,9 @@ end subroutine cg_dot
 subroutine cg_solve(im, jm, diag, cx, cy, active, b, tol, maxiter, x, residual, iters)
   ! Plain conjugate gradients for A x = b (cg_apply) from x = 0, until the
   ! recurrence's residual |r| <= tol |b| (|b| = 1 when b = 0) or maxiter
-  ! iterations: x, residual = |r|/|b|, iters the iterations taken. As
+  ! iterations: x, residual = the true |b - A x|/|b| recomputed from x
+  ! (the recurrence's drifts from it by rounding), iters the iterations
+  ! taken. As
   ! pompy.core.external.cg.solve (whose masked iterations after
   ! convergence change nothing), its dot products summed by cg_dot in
   ! torch's order: the same iterates to the last bit.
@@ -204,6 +206,13 @@ subroutine cg_solve(im, jm, diag, cx, cy, active, b, tol, maxiter, x, residual, 
     rr = rr_new
     iters = iters + 1
   end do
+  call cg_apply(im, jm, diag, cx, cy, active, x, ap)
+  do j = 1, jm
+    do i = 1, im
+      r(i,j) = b(i,j) - ap(i,j)
+    end do
+  end do
+  call cg_dot(im, jm, r, r, rr)
   residual = sqrt(rr/scale)
 end subroutine cg_solve
 

@@ -239,6 +239,30 @@ def test_restore_gives_a_graph_free_state():
     assert all(t.grad_fn is None and not t.requires_grad for t in core.state.values())
 
 
+def test_restore_keeps_the_gradient_path_of_a_record_that_requires_grad():
+    """A record edited with a tensor requiring grad (a corrected capture):
+    the restored core's run carries its gradient back (once detached
+    silently), equal to that of the same correction injected."""
+    config = small()
+    core = ExplicitCore(config)
+    core.run_initialization()
+    run(core, 1)
+    record = core.capture()
+    grads = []
+    for how in ("restore", "inject"):
+        t0 = record["t"].clone().requires_grad_(True)
+        if how == "restore":
+            core.restore({**record, "t": t0 * 1.0})
+        else:
+            core.restore(record)
+            core.inject({"t": t0 * 1.0})
+        run(core, 2)
+        core.t.square().sum().backward()
+        grads.append(t0.grad)
+    assert grads[0] is not None and float(grads[0].abs().max()) > 0
+    assert torch.equal(grads[0], grads[1])
+
+
 def test_inject_keeps_the_autograd_path():
     config = small()
     core = ExplicitCore(config)

@@ -18,7 +18,8 @@ run the 50 internal steps iint 6..55.
 - J: Loss (random weights times el, t, u at iint 55 over each field's
   magnitude at iint 5);
 - torch: g = <dJ/dx, d> by autograd (reverse; the implicit step's solver
-  is then the reference CG, differentiated implicitly), and for horcon also
+  is the PCG, differentiated implicitly; the reference CG gave the same
+  figures to the digits below), and for horcon also
   by forward mode (a dual number through the 50 steps);
 - Fortran: (J(x + h d) - J(x - h d)) / 2h.
 

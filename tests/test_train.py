@@ -4,14 +4,16 @@ seamount dataset, in one process and in two gloo processes on 127.0.0.1.
 The dataset: an 8x7x5 seamount on the implicit core at dti = 240 s (dte 8,
 isplit 30: under the grid's internal CFL limit, which pompy generate
 checks), 3 members, snapshots every 2 steps (one correction
-cycle of steps_per_correction = 2 physics steps of 240 s). A passed
-certificate for this core is written under a temporary POMPY_HOME.
+cycle of steps_per_correction = 2 physics steps of 240 s). The trainer
+runs on the certificate a real ``pompy verify`` of the tiny config wrote
+(about 20 s a core), each test on its own copy of that POMPY_HOME.
 """
 import dataclasses
 import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from pompy import provenance, variables
+from pompy import cli, provenance, variables
 from pompy.config import load_config, namelist_literal
 from pompy.generate import generate
 from pompy import train
@@ -61,15 +63,49 @@ def made(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("train"), "implicit")
 
 
-@pytest.fixture
-def home(made, monkeypatch):
-    """POMPY_HOME with a passed certificate for what the tests train."""
-    path = made[0] / "home"
+@pytest.fixture(scope="module")
+def verified(made, tmp_path_factory):
+    """A POMPY_HOME holding what ``pompy verify`` wrote for the tiny config,
+    per core verified when first asked for (a function of the core)."""
+    folder = tmp_path_factory.mktemp("verified")
+    done = set()
+
+    def home(core: str) -> Path:
+        if core not in done:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("POMPY_HOME", str(folder))
+                assert cli.main(["verify", "--config", str(made[1]), "--core", core,
+                                 "--samples", "1"]) == 0
+            done.add(core)
+        return folder
+    return home
+
+
+def certified(verified, where: Path, monkeypatch, *names: str) -> Path:
+    """POMPY_HOME = a copy, under ``where``, of the verified home with the
+    certificates of the cores ``names``."""
+    for core in names:
+        source = verified(core)
+    path = where / "home"
+    shutil.copytree(source, path, dirs_exist_ok=True)
     monkeypatch.setenv("POMPY_HOME", str(path))
-    certificate.write_certificate(certificate.certificate_key("implicit", "cpu", "float64"),
-                                  [{"name": "test", "figure": 0.0, "tolerance": 0.0,
-                                    "passed": True}])
     return path
+
+
+def recertified(core: str, config) -> dict:
+    """The certificate of ``core`` under the current key (after a monkeypatched
+    edit), its checks those pompy verify measured before the edit: what
+    verifying the edited core again writes when the edit changes no figure."""
+    old = json.loads(next((certificate.certificate_dir()).glob(f"{core}-*.json")).read_text())
+    key = certificate.certificate_key(core, "cpu", "float64", config)
+    certificate.write_certificate(key, old["checks"], {"created": "later"})
+    return key
+
+
+@pytest.fixture
+def home(verified, tmp_path, monkeypatch):
+    """POMPY_HOME with the implicit core's certificate for the tiny config."""
+    return certified(verified, tmp_path, monkeypatch, "implicit")
 
 
 TRAIN_GROUP = dict(physics_step_seconds=DTI, target_time_per_step=2 * DTI, hidden_channels=4,
@@ -225,8 +261,8 @@ def made_explicit(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("train_explicit"), "explicit")
 
 
-def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_explicit, tmp_path,
-                                                                         monkeypatch):
+def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_explicit, verified,
+                                                                         tmp_path, monkeypatch):
     """A batch's physics as one ensemble: the losses and every gradient
     (the networks') equal those of the cores stepped one by one to the
     last bit, and so do they where a member's stop makes the cores step
@@ -237,10 +273,7 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
     from pompy.core.ensemble import Ensemble
     from pompy.errors import CFLViolation
 
-    monkeypatch.setenv("POMPY_HOME", str(made_explicit[0] / "home"))
-    certificate.write_certificate(certificate.certificate_key("explicit", "cpu", "float64"),
-                                  [{"name": "test", "figure": 0.0, "tolerance": 0.0,
-                                    "passed": True}])
+    certified(verified, tmp_path, monkeypatch, "explicit")
     advanced, stops = [], []
     real = Ensemble.advance
 
@@ -326,7 +359,8 @@ def test_csv_checkpoint_and_resume_equals_uninterrupted(made, home, tmp_path):
     assert tuple(rows[0]) == CSV_COLUMNS == (
         "Epoch", "Step", "Phase", "TotalLoss", "U_MSE", "UB_MSE", "V_MSE", "VB_MSE", "T_MSE",
         "S_MSE", "EL_MSE", "UA_MSE", "UAB_MSE", "VA_MSE", "VAB_MSE")
-    # 2 training members x 3 samples / batch 2 = 3 train batches; 1 test member: 1 batch
+    # 2 training members x 3 samples / batch 2 = 3 train batches; the test split (1 member):
+    # one row, its whole average
     assert [(r[0], r[1], r[2]) for r in rows[1:]] == [
         ("0", "0", "Train"), ("0", "1", "Train"), ("0", "2", "Train"), ("0", "0", "Test"),
         ("1", "0", "Train"), ("1", "1", "Train"), ("1", "2", "Train"), ("1", "0", "Test")]
@@ -334,7 +368,8 @@ def test_csv_checkpoint_and_resume_equals_uninterrupted(made, home, tmp_path):
         values = [float(v) for v in r[3:]]
         total = sum(w * v for w, v in zip(LOSS_WEIGHTS.values(), values[1:]))
         assert math.isclose(values[0], total, rel_tol=1e-12)
-    body = torch.load(tmp_path / "a" / "out" / "checkpoint_epoch0.pt", weights_only=False)
+    # tensors and plain containers alone: it loads under weights_only
+    body = torch.load(tmp_path / "a" / "out" / "checkpoint_epoch0.pt", weights_only=True)
     assert body["epoch"] == 0 and set(body) >= {"networks", "optimizer", "scheduler", "normalizer",
                                                 "rng", "certificate", "skipped_steps"}
     assert body["certificate"]["key"]["source_hash"] == provenance.source_hash()
@@ -379,20 +414,16 @@ def test_resume_refuses_a_checkpoint_of_another_certificate(made, home, tmp_path
     finally:
         trainer.cleanup()
     checkpoint = tmp_path / "out" / "checkpoint_epoch0.pt"
-    key = certificate.certificate_key("implicit", "cpu", "float64")
-    certificate.write_certificate(key, [{"name": "again", "figure": 1.0, "tolerance": 2.0,
-                                         "passed": True}], {"created": "later"})
-    assert train.certificate_id(certificate.require_certificate("implicit", "cpu", "float64")) \
-        == old_id
+    recertified("implicit", tiny_config())
+    assert train.certificate_id(certificate.require_certificate("implicit", "cpu", "float64",
+                                                                tiny_config())) == old_id
     # the core edited and certified
     extra = tmp_path / "edit.py"
     extra.write_text("# an edit\n")
     real = provenance.physics_sources
     monkeypatch.setattr(provenance, "physics_sources",
                         lambda: real() + [("pompy/core/edit.py", extra)])
-    new_key = certificate.certificate_key("implicit", "cpu", "float64")
-    certificate.write_certificate(new_key, [{"name": "test", "figure": 0.0, "tolerance": 0.0,
-                                             "passed": True}])
+    new_key = recertified("implicit", tiny_config())
     new_id = train.certificate_id({"key": new_key})
     assert new_id != old_id
     config = train_config(made, tmp_path / "again")
@@ -410,6 +441,94 @@ def test_resume_refuses_a_checkpoint_of_another_certificate(made, home, tmp_path
     assert train.main(argv) == 2
     assert capsys.readouterr().err.startswith(f"pompy: --resume {config}: not a pompy.train "
                                               f"checkpoint")
+
+
+
+class _Makedirs:
+    """A pickled object whose unpickling runs code (here: makes a folder)."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return os.makedirs, (self.path,)
+
+
+def test_checkpoints_load_under_weights_only_and_others_are_refused(made, home, tmp_path,
+                                                                    capsys):
+    """The trainer's checkpoint loads under torch.load(weights_only=True)
+    (RNG states, normaliser, optimiser, schedule: tensors and plain
+    containers); one carrying another pickled object is refused, one line
+    naming it and exit 2 (an InputError inside), and its code never runs.
+    Writing it takes no float of a tensor that requires grad (torch warns,
+    once a process, of the learned values)."""
+    floats, real = [], torch.Tensor.__float__
+
+    def watched(t):
+        floats.append(t.requires_grad)
+        return real(t)
+    trainer = NPOMTrainerDDP(options(made, tmp_path, "--learn", "horcon"))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(torch.Tensor, "__float__", watched)
+            trainer.save_checkpoint(0)
+    finally:
+        trainer.cleanup()
+    assert floats and not any(floats)
+    body = torch.load(tmp_path / "out" / "checkpoint_epoch0.pt", weights_only=True)
+    assert isinstance(body["rng"][0]["numpy"]["keys"], list) and body["learned"]["horcon"] > 0
+    marker = tmp_path / "ran"
+    bad = tmp_path / "bad.pt"
+    torch.save(dict(body, extra=_Makedirs(marker)), bad)
+    with pytest.raises(train.InputError, match="refused: it carries a pickled os.makedirs"):
+        train.load_resume(bad, trainer.certificate)
+    config = train_config(made, tmp_path / "again")
+    argv = ["--config", str(config), "--data", str(made[2]), "--output",
+            str(tmp_path / "again" / "out"), "--resume", str(bad)]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pompy: --resume {bad}: refused: it carries a pickled os.makedirs")
+    assert err.count("\n") == 1 and not marker.exists(), err
+
+
+def test_an_interrupted_run_names_its_checkpoint_and_its_command(made, home, tmp_path, capsys,
+                                                                 monkeypatch):
+    """Ctrl-C in epoch 1: exit 130 and one line naming epoch 0's checkpoint
+    and the command, as typed, that resumes from it (``pompy train`` or
+    ``python -m pompy.train``)."""
+    from pompy import cli
+    from pompy.train.cli import run_parsed
+
+    def interrupt(self, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(NPOMTrainerDDP, "test_epoch", interrupt)
+
+    def pompy_train(argv):
+        return run_parsed(cli.build_parser().parse_args(["train", *argv]))
+    for command, run in (("python -m pompy.train", train.main), ("pompy train", pompy_train)):
+        where = tmp_path / command.replace(" ", "_")
+        argv = ["--config", str(train_config(made, where)), "--data", str(made[2]), "--output",
+                str(where / "out"), "--epochs", "2"]
+        try:
+            assert run(argv) == 130
+        except KeyboardInterrupt:               # would end the test session
+            pytest.fail(f"{command}: the KeyboardInterrupt escaped")
+        saved = where / "out" / "checkpoint_epoch0.pt"
+        assert capsys.readouterr().err == (
+            f"pompy: interrupted (SIGINT); {saved} holds epoch 0: continue with {command} "
+            f"<the same options> --resume {saved}\n")
+
+
+def test_data_and_output_may_come_from_the_train_group(made, tmp_path):
+    """As the refusal says: --data and --output, or &train's data and output."""
+    config = train_config(made, tmp_path, data=str(made[2]), output=str(tmp_path / "out"))
+    args = resolve_options(["--config", str(config)])
+    assert (args.data, args.output) == (made[2], tmp_path / "out")
+    assert resolve_options(["--config", str(config), "--output", "o"]).output == Path("o")
+    with pytest.raises(train.InputError, match=re.escape(
+            "--data and --output are required (or set them in &train)")):
+        resolve_options(["--config", str(train_config(made, tmp_path / "none"))])
 
 
 def test_amp_bf16_runs_the_networks_alone_in_bfloat16(made, home, tmp_path, monkeypatch):
@@ -456,8 +575,8 @@ def test_amp_bf16_runs_the_networks_alone_in_bfloat16(made, home, tmp_path, monk
 
 
 # ------------------------------------------------------------------ the command
-def test_the_command_refuses_without_a_certificate_and_after_an_edit(made, tmp_path, monkeypatch,
-                                                                      capsys):
+def test_the_command_refuses_without_a_certificate_and_after_an_edit(made, verified, tmp_path,
+                                                                      monkeypatch, capsys):
     monkeypatch.setenv("POMPY_HOME", str(tmp_path / "empty"))
     config = train_config(made, tmp_path)
     argv = ["--config", str(config), "--data", str(made[2]), "--output", str(tmp_path / "out")]
@@ -467,9 +586,7 @@ def test_the_command_refuses_without_a_certificate_and_after_an_edit(made, tmp_p
                           "float64") and "pompy verify --config" in err and "\n" not in err
     assert not (tmp_path / "out").exists()
     # certified, then a core source edited (here: one more physics source)
-    certificate.write_certificate(certificate.certificate_key("implicit", "cpu", "float64"),
-                                  [{"name": "test", "figure": 0.0, "tolerance": 0.0,
-                                    "passed": True}])
+    certified(verified, tmp_path, monkeypatch, "implicit")
     extra = tmp_path / "edit.py"
     extra.write_text("# an edit\n")
     real = provenance.physics_sources
@@ -695,13 +812,70 @@ def test_torchrun_two_processes_rank_zero_writes_the_log(made, home, tmp_path):
         env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = read_csv(out / "train_log.csv")
-    # 6 training samples over 2 ranks, batch 1: 3 steps; 3 test samples: 1 step (drop_last)
+    # 6 training samples over 2 ranks, batch 1: 3 steps; the test split: one row
     assert tuple(rows[0]) == CSV_COLUMNS
     assert [(r[0], r[1], r[2]) for r in rows[1:]] == [
         ("0", "0", "Train"), ("0", "1", "Train"), ("0", "2", "Train"), ("0", "0", "Test")]
     assert "epoch 0: train loss" in result.stdout and result.stdout.count("train loss") == 1
     assert (out / "checkpoint_epoch0.pt").is_file()
     json.dumps(rows)
+
+
+
+def test_the_test_split_is_evaluated_whole_on_one_process_and_two(made, home, tmp_path, capsys):
+    """3 test samples: one process (batches of 2 and 1) and torchrun's 2
+    gloo ranks (2 samples and 1) each evaluate every one once, and log one
+    Test row, the whole split's average, equal to 1e-12 in every column
+    (measured: 2e-16) and to each sample evaluated alone (from the
+    epoch's checkpoint). Training is the same on both (a global batch of
+    2, the same samples: the sampler's order split by rank) but for
+    round-off, which Adam's steps, each about lr whatever the gradient,
+    carry into the weights: at lr 1e-4 the two test losses differ by up to
+    5.6e-11 (measured); at lr 1e-30 the steps are below the weights'
+    round-off, and the batch norms' running statistics differ in round-off
+    alone."""
+    config = train_config(made, tmp_path, batch_size=1, lr=1e-30)
+    argv = ["--config", str(config), "--data", str(made[2])]
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy", "train",
+         *argv, "--output", str(tmp_path / "two")],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert train.main([*argv, "--output", str(tmp_path / "one"), "--batch_size", "2"]) == 0
+    one_out = capsys.readouterr().out
+    n_test = SNAPSHOTS - 1                       # the last member's samples (horizon 1)
+    for out in (result.stdout, one_out):
+        assert re.search(rf"epoch 0: test loss \S+ \({n_test} samples\)", out), out
+    rows = {}
+    for run in ("one", "two"):
+        tests = [r for r in read_csv(tmp_path / run / "train_log.csv")[1:]
+                 if r[2] == "Test"]
+        assert [(r[0], r[1]) for r in tests] == [("0", "0")], tests
+        rows[run] = np.array([float(v) for v in tests[0][3:]])
+    assert np.allclose(rows["two"], rows["one"], rtol=1e-12, atol=0), rows["two"] / rows["one"] - 1
+
+    # each test sample alone, from the networks the test phase ran
+    trainer = NPOMTrainerDDP(resolve_options([*argv, "--output", str(tmp_path / "alone")]))
+    try:
+        body = torch.load(tmp_path / "one" / "checkpoint_epoch0.pt", weights_only=True)
+        for name, net in trainer._plain_networks().items():
+            if net is not None:
+                net.load_state_dict(body["networks"][name])
+        assert len(trainer.test_indices) == n_test
+        trainer._set_mode(False)
+        alone = []
+        for i in trainer.test_indices:
+            ics, refs = collate_samples(trainer.dataset, [trainer.dataset[i]])
+            with torch.no_grad():
+                preds = trainer.run_physics_multistep(trainer._borrow_poms(1), ics, n_steps=1)
+                losses = trainer._compute_component_losses(preds, refs)
+            alone.append([float(trainer.combine_loss_components(losses))]
+                         + [float(losses[n]) for n in LOSS_WEIGHTS])
+    finally:
+        trainer.cleanup()
+    want = np.mean(alone, axis=0)
+    assert np.allclose(rows["one"], want, rtol=1e-12, atol=0), rows["one"] / want - 1
 
 
 def test_torchrun_every_rank_refuses_without_a_certificate(made, tmp_path, monkeypatch):

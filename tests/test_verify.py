@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def tiny():
 
 
 def certificate(core="explicit", device="cpu", dtype="float64") -> dict:
-    path = certificates.certificate_path(certificates.certificate_key(core, device, dtype))
+    path = certificates.certificate_path(certificates.certificate_key(core, device, dtype, tiny()))
     return json.loads(path.read_text())
 
 
@@ -69,9 +70,12 @@ def verified(oracle, tmp_path_factory):
 
 
 @pytest.fixture
-def home(verified, monkeypatch):
-    monkeypatch.setenv("POMPY_HOME", str(verified[2]))
-    return verified[2]
+def home(verified, tmp_path, monkeypatch):
+    """A copy of the verified POMPY_HOME (a test may write certificates)."""
+    path = tmp_path / "home"
+    shutil.copytree(verified[2], path)
+    monkeypatch.setenv("POMPY_HOME", str(path))
+    return path
 
 
 def test_verify_writes_a_passing_certificate(verified, home):
@@ -79,7 +83,8 @@ def test_verify_writes_a_passing_certificate(verified, home):
     assert code == 0, out
     body = certificate()
     assert body["passed"] is True
-    assert body["key"] == certificates.certificate_key("explicit", "cpu", "float64")
+    assert body["key"] == certificates.certificate_key("explicit", "cpu", "float64", tiny())
+    assert body["key"]["grid"] == "8x7x5" and "cg_tol" not in body["key"]
     assert body["key"]["source_hash"] == provenance.source_hash()
     checks = body["checks"]
     assert {c["suite"] for c in checks} == SUITES
@@ -100,8 +105,8 @@ def test_verify_writes_a_passing_certificate(verified, home):
     assert sum(n.startswith("policy precedence") for n in names) == 6
     assert {"policy isolation across threads", "policy isolation across asyncio tasks"} <= names
     # the run against the oracle: 12 steps, within the float64 bar (measured 1.3e-12, w)
-    run = next(c for c in checks if c["name"] == "run 12 steps vs oracle")
-    assert run["tolerance"] == 1e-10 and run["figure"] < 1e-11
+    run = next(c for c in checks if c["name"] == "run vs oracle")
+    assert run["tolerance"] == 1e-10 and run["figure"] < 1e-11 and run["steps"] == 12
     assert body["run_reference"] == "oracle" and body["samples"] == 2 and body["steps"] == 12
     assert body["grid"] == {"im": 8, "jm": 7, "kb": 5, "kl1": 2, "kl2": 3}
     assert set(body["seconds"]) == SUITES | {"total"}
@@ -115,24 +120,68 @@ def test_verify_writes_a_passing_certificate(verified, home):
 
 
 def test_the_trainer_finds_the_certificate(home):
-    body = certificates.require_certificate("explicit", "cpu", "float64")
+    body = certificates.require_certificate("explicit", "cpu", "float64", tiny())
     assert body == certificate()
+    assert [c["name"] for c in body["checks"]] == certificates.check_names("explicit")
     with pytest.raises(InputError, match=r"no verification certificate for the explicit core on "
-                                         r"cpu in float32 \(dtype: float64 verified, float32 here\); "
-                                         r"run: pompy verify --config CONFIG --core explicit "
-                                         r"--device cpu --dtype float32"):
-        certificates.require_certificate("explicit", "cpu", "float32")
+                                         r"cpu in float32 on the 8x7x5 grid \(dtype: float64 "
+                                         r"verified, float32 here\); run: pompy verify --config "
+                                         r"CONFIG --core explicit --device cpu --dtype float32"):
+        certificates.require_certificate("explicit", "cpu", "float32", tiny())
 
 
-def test_an_edited_core_needs_a_new_certificate(home, monkeypatch):
-    """A change of the physics sources (simulated: another source hash)."""
-    monkeypatch.setattr(provenance, "source_hash", lambda: "0" * 64)
-    with pytest.raises(InputError) as refused:
-        certificates.require_certificate("explicit", "cpu", "float64", config="tiny.nml")
-    message = str(refused.value)
-    assert "the core's sources changed since it was verified" in message
-    assert message.endswith("run: pompy verify --config tiny.nml --core explicit --device cpu "
-                            "--dtype float64")
+def test_another_grid_or_solver_setting_needs_its_own_certificate(home):
+    """The key holds the grid and a solving core's settings: verified on
+    8x7x5, training on 9x7x5 (or another cg_tol) is refused."""
+    with pytest.raises(InputError, match=r"on the 9x7x5 grid \(grid: 8x7x5 verified, 9x7x5 "
+                                         r"here\)"):
+        certificates.require_certificate("explicit", "cpu", "float64",
+                                         dataclasses.replace(tiny(), im=9))
+    key = certificates.certificate_key("implicit", "cpu", "float64", tiny())
+    assert (key["theta"], key["cg_tol"], key["cg_maxiter"]) == (tiny().theta, tiny().cg_tol,
+                                                                tiny().cg_maxiter)
+    assert key["solver"] == "Jacobi PCG, implicitly differentiated"
+    assert key != certificates.certificate_key("implicit", "cpu", "float64",
+                                               dataclasses.replace(tiny(), cg_tol=1e-10))
+
+
+def forged(body: dict, checks: list) -> Path:
+    """The certificate ``body`` with ``checks`` instead, passed=true, under
+    the current key (what a hand-made file would hold)."""
+    key = certificates.certificate_key("explicit", "cpu", "float64", tiny())
+    return certificates.write_certificate(key, checks, {k: v for k, v in body.items()
+                                                        if k not in ("key", "passed", "checks")})
+
+
+def test_a_certificate_missing_a_check_is_refused(home):
+    body = certificate()
+    forged(body, [{"name": "test", "figure": 0.0, "tolerance": 0.0, "passed": True}])
+    with pytest.raises(InputError, match=r"lacks 156 of the checks pompy verify defines for the "
+                                         r"explicit core \(parity coverage, parity advct, "):
+        certificates.require_certificate("explicit", "cpu", "float64", tiny())
+    forged(body, [c for c in body["checks"] if c["name"] != "gradcheck two whole steps"])
+    with pytest.raises(InputError, match=r"lacks 1 of .* \(gradcheck two whole steps\)"):
+        certificates.require_certificate("explicit", "cpu", "float64", tiny())
+
+
+def test_an_edited_core_or_verifier_needs_a_new_certificate(home, tmp_path, monkeypatch):
+    """A change of the physics sources, or of pompy verify's own (each
+    simulated: one more source file)."""
+    extra = tmp_path / "edit.py"
+    extra.write_text("# an edit\n")
+    for sources, why in (("physics_sources", "the core's sources changed since it was verified"),
+                         ("verifier_sources", "pompy verify changed since the certificate was "
+                                              "made")):
+        with monkeypatch.context() as mp:
+            real = getattr(provenance, sources)
+            mp.setattr(provenance, sources, lambda real=real: real() + [("pompy/edit.py", extra)])
+            with pytest.raises(InputError) as refused:
+                certificates.require_certificate("explicit", "cpu", "float64", tiny(),
+                                                 config_name="tiny.nml")
+        message = str(refused.value)
+        assert f"({why})" in message, message
+        assert message.endswith("run: pompy verify --config tiny.nml --core explicit --device cpu "
+                                "--dtype float64")
 
 
 def test_the_source_hash_covers_every_module_a_core_runs():
@@ -190,10 +239,10 @@ def test_a_broken_routine_fails_verification(oracle, tmp_path, monkeypatch, caps
     assert by_name["parity advct"]["passed"] and by_name["parity baropg"]["passed"]
     assert not by_name["parity internal_step mode 3 nadv 1"]["passed"]     # dens inside
     assert by_name["parity internal_step mode 4 nadv 1"]["passed"]         # mode 4: no dens
-    assert not by_name["run 12 steps vs oracle"]["passed"]
+    assert not by_name["run vs oracle"]["passed"]
     with pytest.raises(InputError, match=r"did not pass \(parity dens rho, parity dens rmean, .*"
                                          r"fix the core, then run: pompy verify"):
-        certificates.require_certificate("explicit", "cpu", "float64")
+        certificates.require_certificate("explicit", "cpu", "float64", tiny())
 
 
 def test_bad_input_is_one_line_exit_2(oracle, tmp_path, monkeypatch, capsys):
@@ -306,7 +355,7 @@ def test_implicit_core_against_its_twin_or_its_self_checks(oracle, monkeypatch):
                    "implicit reference CG vs scipy"]
     assert names[-3:] == self_checks and all(c.passed for c in checks), checks
     if twins.oracle_has_implicit(oracle):
-        assert reference == "oracle_implicit" and names[0] == "run 6 steps vs oracle_implicit"
+        assert reference == "oracle_implicit" and names[0] == "run vs oracle_implicit"
         assert checks[0].tolerance == pytest.approx(1e-10 + 1e4 * config.cg_tol)
     monkeypatch.setattr(twins, "oracle_has_implicit", lambda oracle: False)
     checks, reference = run.run_suite(config, "implicit", oracle, torch.device("cpu"),

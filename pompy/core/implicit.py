@@ -13,7 +13,7 @@ import torch
 
 from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.config import Config
-from pompy.core.external.implicit import SemiImplicit
+from pompy.core.external.implicit import SemiImplicit, check_tolerance
 from pompy.core.model import Core
 
 
@@ -24,5 +24,6 @@ class ImplicitCore(Core):
                  dtype: torch.dtype = torch.float64, compile: bool | str = False,
                  checkpoint: str | None = None, policies: GradientPolicyConfig | None = None,
                  check_every: int = 1):
+        check_tolerance(config, dtype)
         super().__init__(config, SemiImplicit(), device=device, dtype=dtype, compile=compile,
                          checkpoint=checkpoint, policies=policies, check_every=check_every)

@@ -302,13 +302,15 @@ class Core:
     def restore(self, record: Mapping) -> None:
         """Continue from a :meth:`capture` or :meth:`snapshot` record (fresh
         tensors: nothing is shared with the record); fields a snapshot
-        leaves out (the grid) are kept from this core's state."""
+        leaves out (the grid) are kept from this core's state. A record's
+        tensor that requires grad keeps its gradient path (the copy is
+        autograd's, as :meth:`load_state`'s)."""
         missing = [n for n in variables.names("snapshot")
                    if n not in record and n not in self.state]
         if missing:
             raise ValueError(f"restore: the record lacks {', '.join(missing)} and this core "
                              "has no state yet (run_initialization() first)")
-        arrays = {n: (record[n] if n in record else self.state[n]).detach()
+        arrays = {n: record[n] if n in record else self.state[n].detach()
                   for n in variables.names("snapshot")}
         period = self.period
         self.load_state(arrays, iint=int(record["iint"]), time0=float(record.get("time0", 0.0)))

@@ -97,6 +97,10 @@ class _Recomputed(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        if torch.is_grad_enabled():     # create_graph: the rerun starts from detached leaves
+            raise RuntimeError("pompy: second derivatives are not supported through "
+                               "checkpoint='steps' (its steps rerun from detached inputs); use "
+                               "no checkpoints or checkpoint='routines'")
         inputs, outputs = _Recomputed.rerun(ctx, ctx.saved_tensors)
         used = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
         wanted = [x for x in inputs if x.requires_grad]

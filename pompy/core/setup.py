@@ -56,16 +56,22 @@ def set_up(config: Config, initialize: Callable[[dict, dict], dict] = stepping.i
 GRID = ("dx", "dy", "h", "fsm", "tps", "east_c", "north_c")
 
 
-def setup_grid(config: Config) -> dict[str, np.ndarray]:
-    """dx, dy, h, fsm, the external CFL time step tps (pom2k's, 0 on land)
-    and the corner coordinates east_c, north_c of the config's set-up, as
-    float64 numpy arrays indexed (i, j) at [i-1, j-1]."""
+def checked_set_up(config: Config) -> dict:
+    """:func:`set_up`, an unreadable or inconsistent IC file a ConfigError
+    naming it (bad input, not a bug)."""
     try:
-        state = set_up(config)
+        return set_up(config)
     except ValueError as err:
         if config.iproblem != 3:
             raise
         raise ConfigError(f"icfile={config.icfile!r}: {err}") from err
+
+
+def setup_grid(config: Config) -> dict[str, np.ndarray]:
+    """dx, dy, h, fsm, the external CFL time step tps (pom2k's, 0 on land)
+    and the corner coordinates east_c, north_c of the config's set-up, as
+    float64 numpy arrays indexed (i, j) at [i-1, j-1]."""
+    state = checked_set_up(config)
     return {name: state[name].numpy() for name in GRID}
 
 
@@ -157,7 +163,7 @@ def check_internal_cfl(config: Config, state: Mapping | None = None) -> None:
     implicit core runs 10 days at 390 and at 450 s (U_max is the margin).
     ``state``: the config's set-up (tensors or arrays), by default made
     here."""
-    state = set_up(config) if state is None else state
+    state = checked_set_up(config) if state is None else state
     grid = {name: np.asarray(torch.as_tensor(state[name]).detach().cpu().double())
             for name in ("dx", "dy", "fsm")}
     c1 = internal_wave_speed(config, state) if config.mode == 3 else np.zeros_like(grid["fsm"])

@@ -1,6 +1,9 @@
-"""The trainer's checkpoints on disk: written atomically, read back for
-``--resume`` only when trained under this core's certificate, every
-rank's RNG states, and the CSV log's rows a resumed run keeps."""
+"""The trainer's checkpoints on disk: written atomically, tensors and
+plain containers alone, read back for ``--resume`` with
+``torch.load(weights_only=True)`` (a file carrying any other pickled object
+is refused: unpickling it could run any code) and only when trained under
+this core's certificate; every rank's RNG states; and the CSV log's rows a
+resumed run keeps."""
 from __future__ import annotations
 
 import hashlib
@@ -8,6 +11,7 @@ import json
 import os
 import pickle
 import random
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -40,13 +44,15 @@ def save_atomically(body: Mapping, targets: Iterable[Path]) -> None:
 
 def load_resume(path: Path, certificate: Mapping) -> dict:
     """The checkpoint ``--resume`` names, trained under ``certificate``'s
-    core; else InputError (unreadable, or trained under another certificate:
+    core; else InputError (unreadable, carrying a pickled object other than
+    tensors and plain containers, or trained under another certificate:
     its networks learned another core's physics)."""
     try:
-        body = torch.load(path, map_location="cpu", weights_only=False)
+        body = torch.load(path, map_location="cpu", weights_only=True)
         saved = body["certificate"]
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError,
-            pickle.UnpicklingError) as err:
+    except pickle.UnpicklingError as err:
+        raise _refused(path, err) from err
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as err:
         raise InputError(f"--resume {path}: not a pompy.train checkpoint ({err})") from err
     mine = certificate_id(certificate)
     if saved.get("id") != mine:
@@ -56,6 +62,23 @@ def load_resume(path: Path, certificate: Mapping) -> dict:
                          f"has certificate {mine} ({differ or 'another key'}); resume with the "
                          f"core it was trained on, or start a new run without --resume")
     return body
+
+
+def _refused(path: Path, err: pickle.UnpicklingError) -> InputError:
+    """One line for what torch.load(weights_only=True) refused (its own
+    message runs to several): the pickled global it names, else the
+    reason."""
+    text = str(err)
+    found = re.search(r"GLOBAL ([\w.]+)", text)
+    if found:
+        return InputError(f"--resume {path}: refused: it carries a pickled {found.group(1)}, "
+                          "and a pompy.train checkpoint holds tensors and plain containers "
+                          "alone (unpickling other objects could run any code)")
+    lines = [line.strip() for line in text.splitlines() if line.strip()
+             and not line.startswith(("Weights only load failed", "Check the documentation"))]
+    reason = lines[-1].split("error:")[-1].strip() if lines else ""
+    return InputError(f"--resume {path}: not a pompy.train checkpoint "
+                      f"({reason or type(err).__name__})")
 
 
 def load_networks(saved: Mapping, nets: Mapping[str, nn.Module | None], path: Path) -> None:
@@ -72,9 +95,15 @@ def load_networks(saved: Mapping, nets: Mapping[str, nn.Module | None], path: Pa
 
 
 def rng_state(device: torch.device) -> dict:
-    """This process's RNG states (torch, numpy, Python; CUDA on a GPU)."""
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-             "python": random.getstate()}
+    """This process's RNG states (torch, numpy, Python; CUDA on a GPU) as
+    tensors and plain containers (weights_only loads them)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, python_gauss = random.getstate()
+    state = {"torch": torch.get_rng_state(),
+             "numpy": {"name": str(name), "keys": keys.tolist(), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)},
+             "python": {"version": int(version), "internal": list(internal),
+                        "gauss": python_gauss}}
     if torch.cuda.is_available() and device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
@@ -82,8 +111,10 @@ def rng_state(device: torch.device) -> dict:
 
 def set_rng_state(state: Mapping, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    n, p = state["numpy"], state["python"]
+    np.random.set_state((n["name"], np.array(n["keys"], dtype=np.uint32), n["pos"],
+                         n["has_gauss"], n["cached_gaussian"]))
+    random.setstate((p["version"], tuple(p["internal"]), p["gauss"]))
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
 

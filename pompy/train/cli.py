@@ -1,6 +1,7 @@
 """The training command, ``python -m pompy.train`` and ``pompy train``: 0
 trained, 2 bad input or no certificate ("pompy: ..."), 3 a model stop
-outside a batch."""
+outside a batch, 130 interrupted (Ctrl-C: the checkpoint to resume from,
+and the command that does it)."""
 from __future__ import annotations
 
 import argparse
@@ -17,18 +18,20 @@ from pompy.train.trainer import NPOMTrainerDDP
 
 def main(argv: Sequence[str] | None = None, *, leave: bool = False) -> int:
     """The command: 0 trained, 2 bad input or no certificate ("pompy: ..."),
-    3 a model stop outside a batch. ``leave`` (``python -m pompy.train``):
-    end the process with that status once the trainer is cleaned up,
-    before Python tears its objects down (_leave)."""
-    return _train(lambda: resolve_options(argv), leave)
+    3 a model stop outside a batch, 130 interrupted. ``leave`` (``python -m
+    pompy.train``): end the process with that status once the trainer is
+    cleaned up, before Python tears its objects down (_leave)."""
+    return _train(lambda: resolve_options(argv), leave, "pompy.train")
 
 
 def run_parsed(parsed: argparse.Namespace, *, leave: bool = False) -> int:
     """:func:`main` for a command line already parsed (``pompy train``)."""
-    return _train(lambda: resolve_parsed(parsed), leave)
+    return _train(lambda: resolve_parsed(parsed), leave, "pompy train")
 
 
-def _train(resolve: Callable[[], argparse.Namespace], leave: bool) -> int:
+def _train(resolve: Callable[[], argparse.Namespace], leave: bool, module: str) -> int:
+    """The run; ``module`` is what ``-m`` names to run it again (``pompy
+    train`` or ``pompy.train``), for the message of an interrupted run."""
     trainer = None
     try:
         trainer = NPOMTrainerDDP(resolve())
@@ -40,6 +43,10 @@ def _train(resolve: Callable[[], argparse.Namespace], leave: bool) -> int:
     except ModelStop as stop:
         print(f"pompy: {stop}", file=sys.stderr)
         code = 3
+    except KeyboardInterrupt:
+        if trainer is None or trainer.is_main:
+            print(interrupted_message(trainer, module), file=sys.stderr)
+        code = 130
     finally:
         if trainer is not None:
             trainer.cleanup()
@@ -48,6 +55,24 @@ def _train(resolve: Callable[[], argparse.Namespace], leave: bool) -> int:
     if leave:
         _leave(code)
     return code
+
+
+def interrupted_message(trainer: NPOMTrainerDDP | None, module: str) -> str:
+    """What a Ctrl-C leaves: the last checkpoint this run wrote or resumed
+    from, and the command that continues from it (this command's own
+    spelling; under torchrun, torchrun's)."""
+    if trainer is None:
+        return "pompy: interrupted (SIGINT) before training began; no checkpoint was written"
+    if trainer.last_checkpoint is None:
+        return ("pompy: interrupted (SIGINT) before this run wrote a checkpoint; nothing to "
+                "resume")
+    path, epoch = trainer.last_checkpoint
+    if trainer.distributed:
+        command = f"torchrun <the same launch options> -m {module}"
+    else:                   # as typed: `pompy train`, or `python -m pompy.train`
+        command = module if module == "pompy train" else f"python -m {module}"
+    return (f"pompy: interrupted (SIGINT); {path} holds epoch {epoch}: continue with "
+            f"{command} <the same options> --resume {path}")
 
 
 def _leave(code: int) -> None:

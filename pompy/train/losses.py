@@ -2,7 +2,7 @@
 columns, the masked per-field MSEs and their weighted sum."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -18,20 +18,35 @@ CSV_COLUMNS = ("Epoch", "Step", "Phase", "TotalLoss",
                *(f"{name.upper()}_MSE" for name in LOSS_FIELDS))
 
 
-def component_losses(preds: Mapping, refs: Mapping, grid: Mapping, kb: int,
-                     device: torch.device) -> dict[str, torch.Tensor]:
-    """Per field: the MSE over the wet points (its mask) and levels
-    k = 1..kb-1 of 3-D fields, over the batch and the T snapshots."""
-    losses = {}
+def _squared_errors(preds: Mapping, refs: Mapping, grid: Mapping, kb: int,
+                    device: torch.device) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Per field: (its squared errors on the wet points, (B, T, ...), levels
+    k = 1..kb-1 of 3-D fields; the number of those points in one snapshot)."""
     for name in LOSS_FIELDS:
         p, r = preds[name], refs[name].to(device=device, dtype=preds[name].dtype)
         mask = grid[MASKS[variables.ALL[name].location]].to(p)
         if p.dim() == 5:
             p, r = p[..., :kb - 1], r[..., :kb - 1]
             mask = mask[..., None].expand(*mask.shape, kb - 1)
-        count = mask.sum() * p.shape[0] * p.shape[1]
-        losses[name] = ((p - r) ** 2 * mask).sum() / count
+        yield name, (p - r) ** 2 * mask, mask.sum()
+
+
+def component_losses(preds: Mapping, refs: Mapping, grid: Mapping, kb: int,
+                     device: torch.device) -> dict[str, torch.Tensor]:
+    """Per field: the MSE over the wet points (its mask) and levels
+    k = 1..kb-1 of 3-D fields, over the batch and the T snapshots."""
+    losses = {}
+    for name, errors, wet in _squared_errors(preds, refs, grid, kb, device):
+        losses[name] = errors.sum() / (wet * errors.shape[0] * errors.shape[1])
     return losses
+
+
+def sample_losses(preds: Mapping, refs: Mapping, grid: Mapping, kb: int,
+                  device: torch.device) -> dict[str, torch.Tensor]:
+    """Per field: each sample's MSE over its T snapshots, (B,). Every sample
+    has as many points, so a split's mean of these is its MSE."""
+    return {name: errors.flatten(1).sum(1) / (wet * errors.shape[1])
+            for name, errors, wet in _squared_errors(preds, refs, grid, kb, device)}
 
 
 def weighted_total(weights: Mapping[str, float], losses: Mapping, display_scale: float):

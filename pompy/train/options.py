@@ -58,10 +58,13 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("config", Path, None, "namelist: the pom2k parameters and a &train group of these "
            "options", in_namelist=False, required=True, metavar="CONFIG.nml"),
+    # --data and --output: the command line or &train (required from one;
+    # relative paths, in &train too, from the working directory)
     Option("data", Path, None, "a pompy generate dataset (folder or files), its snapshots "
-           "steps_per_correction steps apart", in_namelist=False, metavar="DIR"),
-    Option("output", Path, None, "folder for train_log.csv and the checkpoints",
-           in_namelist=False, metavar="DIR"),
+           "steps_per_correction steps apart (this or &train's data is required)",
+           metavar="DIR"),
+    Option("output", Path, None, "folder for train_log.csv and the checkpoints (this or "
+           "&train's output is required)", metavar="DIR"),
     Option("resume", Path, None, "continue from this checkpoint file (trained under the same "
            "certificate)", in_namelist=False, metavar="FILE"),
     Option("batch_size", int, 1, "samples per batch on each process"),

@@ -8,7 +8,8 @@ trained end to end through a verified pompy core, on one process or many.
 
 Every rank first asks pompy.verify.certificate.require_certificate for a
 passed ``pompy verify`` certificate of exactly this core, device type,
-dtype, torch version and source hash; without one it prints ``pompy:
+dtype, torch version, sources, grid and solver settings, holding every
+check the verifier defines (pompy.verify.certificate); without one it prints ``pompy:
 ...`` (what did not match, the ``pompy verify`` command to run) and exits
 2. There is no bypass. Bad input of any other kind is refused the same way.
 
@@ -44,10 +45,14 @@ normalised units: ``field += correction_scale * std_c * correction_c``
 on the wet points of its channel.
 
 Output folder: ``train_log.csv`` (rank 0; columns pompy.train.losses.CSV_COLUMNS,
-per-field values times loss_display_scale), ``checkpoint_epoch<E>.pt``
-each epoch and ``checkpoint_last.pt`` (atomic: networks, optimizer,
-scheduler, normaliser, learned parameters, every rank's RNG states,
-epoch, skipped steps, the certificate's id and key); ``--resume FILE``
+per-field values times loss_display_scale: a Train row per batch, the
+ranks' average; one Test row per epoch, the whole test split's average,
+each sample evaluated once whatever the number of processes),
+``checkpoint_epoch<E>.pt`` each epoch and ``checkpoint_last.pt`` (atomic;
+tensors and plain containers, loaded with ``weights_only=True``: networks,
+optimizer, scheduler, normaliser, learned parameters, every rank's RNG
+states, epoch, skipped steps, the certificate's id and key; a file
+carrying any other pickled object is refused); ``--resume FILE``
 continues from one and gives the losses an uninterrupted run gives (the
 log's rows of an interrupted later epoch are dropped, as that epoch runs
 again). A checkpoint trained under another certificate (an edited core,
@@ -90,7 +95,8 @@ from pompy.train.checkpoint import (certificate_id, kept_log_rows, load_networks
 from pompy.train.checks import check_output
 from pompy.train.data import (Normalizer, apply_correction_to_pom, collate_samples, open_dataset,
                               pack_pom_batch, split_members)
-from pompy.train.losses import CSV_COLUMNS, LOSS_FIELDS, component_losses, weighted_total
+from pompy.train.losses import (CSV_COLUMNS, LOSS_FIELDS, component_losses, sample_losses,
+                                weighted_total)
 from pompy.train.networks import CorrectorNet, PhysicsParameters, convert_sync_batchnorm
 from pompy.train.options import load_model_config
 from pompy.train.pool import CorePool, build_initialized_core, inject_core_state, run_as_ensemble
@@ -122,8 +128,10 @@ class NPOMTrainerDDP:
         self.net_dtype = torch.float32 if args.amp == "bf16" else self.dtype
         self.log_file = None
         self.skipped_steps = 0
+        self.training = True                   # the phase (_set_mode)
+        self.last_checkpoint: tuple[Path, int] | None = None     # (file, its epoch)
+        self.config = self._load_config()     # (the certificate's key holds its grid, cg_tol, ...)
         resume = self._pass_the_gate()
-        self.config = self._load_config()
         self._join_group()
         self.core_cls = cores.get(args.core).core
         self.steps_per_correction = int(args.steps_per_correction)
@@ -144,7 +152,8 @@ class NPOMTrainerDDP:
         and so the checkpoint to resume and the output folder, so that every
         rank refuses alike. The checkpoint's body, if resuming."""
         a = self.args
-        self.certificate = require_certificate(a.core, self.device, a.dtype, config=str(a.config))
+        self.certificate = require_certificate(a.core, self.device, a.dtype, self.config,
+                                               config_name=str(a.config))
         self.certificate_id = certificate_id(self.certificate)
         resume = load_resume(a.resume, self.certificate) if a.resume is not None else None
         if resume is None:
@@ -182,17 +191,18 @@ class NPOMTrainerDDP:
         self.sampler = DistributedSampler(self.train_ds, num_replicas=self.world_size,
                                           rank=self.global_rank, shuffle=True, seed=int(a.seed),
                                           drop_last=True)
-        self.train_loader = self._loader(self.train_ds, self.sampler)
-        self.test_sampler = DistributedSampler(self.test_ds, num_replicas=self.world_size,
-                                               rank=self.global_rank, shuffle=False,
-                                               drop_last=True) \
-            if len(self.test_ds) >= a.batch_size * self.world_size else None
-        self.test_loader = self._loader(self.test_ds, self.test_sampler) \
-            if self.test_sampler is not None else None
+        self.train_loader = self._loader(self.train_ds, self.sampler, drop_last=True)
+        # the test split whole, each sample once: rank r takes every
+        # world_size-th sample from the r-th, unpadded (a rank may have one
+        # fewer, or none), its last batch possibly short
+        self.test_shard = self.test_indices[self.global_rank::self.world_size]
+        self.test_loader = self._loader(Subset(self.dataset, self.test_shard), None,
+                                        drop_last=False)
 
-    def _loader(self, subset: Subset, sampler: DistributedSampler) -> DataLoader:
+    def _loader(self, subset: Subset, sampler: DistributedSampler | None, *,
+                drop_last: bool) -> DataLoader:
         return DataLoader(subset, sampler=sampler, batch_size=self.args.batch_size,
-                          num_workers=0, pin_memory=False, drop_last=True,
+                          num_workers=0, pin_memory=False, drop_last=drop_last,
                           collate_fn=functools.partial(collate_samples, self.dataset))
 
     def _build_model(self, resume: Mapping | None) -> None:
@@ -294,28 +304,37 @@ class NPOMTrainerDDP:
         A core that stops keeps its last good state for the rest of the
         batch (the networks still run on every rank) and is marked in
         ``self.failed``."""
-        self._inject(poms, ics)
+        nets = self._phase_networks()
+        encoder, decoder, physics = nets["encoder"], nets["decoder"], nets["physics"]
+        self._inject(poms, ics, physics)
         seq = {key: [] for key in LOSS_FIELDS}
         for _ in range(n_steps):
-            if self.encoder is not None:
+            if encoder is not None:
                 packed = pack_pom_batch(poms, self.normalizer)
-                self._apply(poms, self._network(self.encoder, packed))
-            if self.decoder is not None:
-                corrections_dec = self._network(self.decoder, pack_pom_batch(poms, self.normalizer))
+                self._apply(poms, self._network(encoder, packed))
+            if decoder is not None:
+                corrections_dec = self._network(decoder, pack_pom_batch(poms, self.normalizer))
             self._physics_cycle(poms)
-            if self.decoder is not None:
+            if decoder is not None:
                 self._apply(poms, corrections_dec)
             for key in seq:
                 seq[key].append(torch.stack([getattr(pom, key) for pom in poms]))
         return {key: torch.stack(values, dim=1) for key, values in seq.items()}
 
-    def _inject(self, poms: list, ics: Mapping) -> None:
+    def _phase_networks(self) -> dict[str, nn.Module | None]:
+        """The networks this phase runs: DDP's wrappers in training, the
+        plain modules in the test phase, whose ranks may run different
+        numbers of batches: a DDP forward after a training one broadcasts
+        rank 0's buffers, a collective each rank would wait in for ever."""
+        return self._networks() if self.training else self._plain_networks()
+
+    def _inject(self, poms: list, ics: Mapping, physics: nn.Module | None) -> None:
         """Each sample's initial state into its core, and the learned
         parameters' values into every core."""
         for index, pom in enumerate(poms):
             inject_core_state(pom, ics, sample_index=index)
-        if self.physics is not None:
-            values = self.physics()
+        if physics is not None:
+            values = physics()
             for pom in poms:
                 pom.params = dict(pom.params, **values)
         self.failed = [False] * len(poms)
@@ -366,6 +385,7 @@ class NPOMTrainerDDP:
         return stacked.cpu().tolist()
 
     def _set_mode(self, training: bool) -> None:
+        self.training = training
         for net in self._networks().values():
             if net is not None:
                 net.train(training)
@@ -399,11 +419,17 @@ class NPOMTrainerDDP:
         else:
             self.optimizer.step()
 
-    def run_single_test_batch(self, ics: Mapping, refs: Mapping) -> list[float]:
+    def run_single_test_batch(self, ics: Mapping, refs: Mapping) -> torch.Tensor:
+        """This batch's share of the test split's loss: per field, the sum of
+        its samples' MSEs; then its number of samples (float64, on the
+        device: test_epoch adds every rank's batches up, then divides)."""
         self._set_mode(False)
         with torch.no_grad():
-            total_loss, losses = self._batch_loss(ics, refs)
-        return self._reduce_losses(total_loss, losses)
+            poms = self._borrow_poms(len(ics["iint"]))
+            preds = self.run_physics_multistep(poms, ics, n_steps=refs["u"].shape[1])
+            losses = sample_losses(preds, refs, self.grid, self.config.kb, self.device)
+        sums = [losses[n].double().sum() for n in LOSS_FIELDS]
+        return torch.stack(sums + [sums[0].new_tensor(float(len(poms)))])
 
     # -------------------------------------------------------------- epochs
     def log_step(self, epoch: int, step: int, phase: str, values: Sequence[float]) -> None:
@@ -439,17 +465,32 @@ class NPOMTrainerDDP:
         return average
 
     def test_epoch(self, epoch: int) -> float | None:
-        if self.test_loader is None:
+        """The whole test split's loss (None where it is empty): every
+        sample once over the ranks (test_shard), the per-field MSE sums and
+        sample counts added over all of them, divided once. It is logged as
+        one Test row (Step 0) of CSV_COLUMNS, not a row per batch: a batch's
+        loss, and a per-rank average, would depend on the number of
+        processes and the batch size; this depends on neither."""
+        if not self.test_indices:
             return None
-        average, batches = self._run_epoch(epoch, "Test", self.test_loader,
-                                           self.run_single_test_batch)
+        sums = torch.zeros(len(LOSS_FIELDS) + 1, dtype=torch.float64, device=self.device)
+        for ics, refs in self._progress(self.test_loader, f"epoch {epoch} test"):
+            sums += self.run_single_test_batch(ics, refs)
+        if self.distributed:
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        *fields, count = sums.cpu().tolist()
+        average = dict(zip(LOSS_FIELDS, (s / count for s in fields)))
+        scale = float(self.args.loss_display_scale)
+        values = [self.combine_loss_components(average)] + [average[n] * scale
+                                                            for n in LOSS_FIELDS]
+        self.log_step(epoch, 0, "Test", values)
         if self.is_main:
-            print(f"epoch {epoch}: test loss {average:.6e} ({batches} batches)", flush=True)
-        return average
+            print(f"epoch {epoch}: test loss {values[0]:.6e} ({int(count)} samples)", flush=True)
+        return values[0]
 
     def learned_values(self) -> dict[str, float]:
         physics = self._plain(self.physics)
-        return {} if physics is None else {n: float(v) for n, v in physics().items()}
+        return {} if physics is None else {n: float(v.detach()) for n, v in physics().items()}
 
     def train(self, stop_after: int | None = None) -> None:
         """Epochs start_epoch .. epochs-1 (``stop_after``: only that many,
@@ -482,11 +523,15 @@ class NPOMTrainerDDP:
             path = self.args.output / f"checkpoint_epoch{epoch}.pt"
             save_atomically(self._checkpoint_body(epoch, rng),
                             (path, self.args.output / "checkpoint_last.pt"))
+            self.last_checkpoint = (path, epoch)
         if self.distributed:
             dist.barrier()
         return path
 
     def _checkpoint_body(self, epoch: int, rng: list) -> dict:
+        """Tensors and plain containers alone (rng_state's too): --resume
+        loads it with torch.load(weights_only=True), which runs no pickled
+        code (checkpoint.load_resume)."""
         return {"epoch": epoch,
                 "networks": {n: (m.state_dict() if m is not None else None)
                              for n, m in self._plain_networks().items()},
@@ -505,6 +550,7 @@ class NPOMTrainerDDP:
         self.optimizer.load_state_dict(body["optimizer"])
         self.scheduler.load_state_dict(body["scheduler"])
         self.start_epoch = int(body["epoch"]) + 1
+        self.last_checkpoint = (self.args.resume, int(body["epoch"]))
         self.skipped_steps = int(body.get("skipped_steps", 0))
         rng = body.get("rng") or []
         if len(rng) == self.world_size and rng[self.global_rank] is not None:

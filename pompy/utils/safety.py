@@ -28,7 +28,15 @@ What they add is a guard and a backward:
   same policy at the same guarded points, so forward and reverse mode give
   one Jacobian. CLAMP is refused there (it clips reverse-mode products,
   which no tangent reproduces); PROJECT, REJECT and PASSTHROUGH are
-  linear and allowed. Second derivatives are refused (once_differentiable).
+  linear and allowed;
+- second derivatives (double backward, torch.func.hessian, a jvp of a
+  gradient): the backward and the jvp compute the derivative from the op's
+  input or output as saved, with its graph and tangent, and apply the
+  policy with torch.where, so a backward run with create_graph=True is
+  itself differentiable, exactly; at the guarded points the derivative is
+  that of the held input, a constant, so the second derivative is 0.
+  Forward over forward mode (jacfwd of jacfwd) is refused: torch does not
+  differentiate a custom Function's jvp (it would give 0).
 
 Guards (eps as in the seed):
 
@@ -43,9 +51,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch._C._functorch import get_unwrapped, is_batchedtensor   # torch.vmap's wrappers
+from torch._C._functorch import TransformType, get_unwrapped, is_batchedtensor   # torch.vmap's
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters   # transforms on
 from torch.autograd import forward_ad
-from torch.autograd.function import once_differentiable
 
 from pompy.autodiff.layers import SAFETY_LAYER
 from pompy.autodiff.policies import (GradientPolicy, apply_policy, explicit_policy,
@@ -73,7 +81,9 @@ def _tangent_policy(ctx, tangent: Tensor, bottom: Tensor) -> Tensor:
     computed in the forward pass, so the forward pass's context applies).
     PROJECT, REJECT and PASSTHROUGH are linear in the gradient, so forward
     and reverse mode give the same Jacobian; CLAMP clips each reverse-mode
-    product grad*derivative, which no tangent reproduces: refused."""
+    product grad*derivative, which no tangent reproduces: refused. So is
+    forward over forward mode (:func:`_refuse_nested_forward`)."""
+    _refuse_nested_forward(ctx)
     chosen = selected_policy(ctx.layer, ctx.policy or ctx.override)
     if chosen is GradientPolicy.CLAMP:
         raise RuntimeError(
@@ -83,6 +93,17 @@ def _tangent_policy(ctx, tangent: Tensor, bottom: Tensor) -> Tensor:
     return apply_policy(tangent, bottom, policy=chosen)
 
 
+def _refuse_nested_forward(ctx) -> None:
+    """torch does not differentiate a custom Function's jvp under an outer
+    forward-mode transform: torch.func.jacfwd(jacfwd(f)), a jvp of a jvp,
+    would miss the derivative of this tangent and give 0 silently."""
+    if sum(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters()) > 1:
+        raise RuntimeError(
+            f"pompy: second derivatives in forward over forward mode (torch.func.jacfwd of jacfwd, "
+            f"a jvp of a jvp) are not supported through the safe ops (layer {ctx.layer!r}); use "
+            "torch.func.hessian (forward over reverse), jacrev of jacrev or double backward")
+
+
 def _remember(ctx, layer: str | None, policy: GradientPolicy | None) -> None:
     # a safe op called without a layer belongs to the "safety" layer (PROJECT)
     ctx.layer = layer or SAFETY_LAYER
@@ -90,33 +111,38 @@ def _remember(ctx, layer: str | None, policy: GradientPolicy | None) -> None:
 
 
 class _Guarded(torch.autograd.Function):
-    """y = value; dy/dx = derivative (both computed by the caller from the
-    guarded input); the backward, and the forward-mode jvp, apply the
-    layer's gradient policy at the bottom points."""
+    """y = value (computed by the caller from the guarded input); dy/dx =
+    derivative(x or y), ``of_output`` saying which: computed in the backward
+    and the jvp from the saved tensor, which carries its graph and tangent
+    there, so the derivative is differentiable in turn (second order). The
+    backward, and the forward-mode jvp, apply the layer's gradient policy at
+    the bottom points."""
 
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, value, derivative, bottom, layer, policy):
-        return value
+    def forward(x, value, derivative, of_output, bottom, layer, policy):
+        # an input returned as it is cannot be saved (torch refuses): a copy
+        return value.clone() if of_output else value
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        _, _, derivative, bottom, layer, policy = inputs
-        ctx.save_for_backward(derivative, bottom)
-        ctx.save_for_forward(derivative, bottom)
+        x, _, derivative, of_output, bottom, layer, policy = inputs
+        ctx.derivative = derivative
+        ctx.save_for_backward(output if of_output else x, bottom)
+        ctx.save_for_forward(output if of_output else x, bottom)
         _remember(ctx, layer, policy)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
-        derivative, bottom = ctx.saved_tensors
-        return _policy(ctx, grad * derivative, bottom), None, None, None, None, None
+        source, bottom = ctx.saved_tensors
+        return _policy(ctx, grad * ctx.derivative(source), bottom), None, None, None, None, \
+            None, None
 
     @staticmethod
-    def jvp(ctx, x_t, value_t, derivative_t, bottom_t, layer_t, policy_t):
-        derivative, bottom = ctx.saved_tensors
-        return _tangent_policy(ctx, x_t * derivative, bottom)
+    def jvp(ctx, x_t, value_t, derivative_t, of_output_t, bottom_t, layer_t, policy_t):
+        source, bottom = ctx.saved_tensors
+        return _tangent_policy(ctx, x_t * ctx.derivative(source), bottom)
 
 
 class _CompiledGuarded(torch.autograd.Function):
@@ -141,11 +167,13 @@ class _CompiledGuarded(torch.autograd.Function):
         return apply_policy(grad * derivative, bottom, policy=ctx.chosen), None, None, None, None
 
 
-def _guarded(x: Tensor, value: Tensor, derivative: Tensor, bottom: Tensor, layer: str | None,
-             policy: GradientPolicy | None) -> Tensor:
+def _guarded(x: Tensor, value: Tensor, derivative, of_output: bool, bottom: Tensor,
+             layer: str | None, policy: GradientPolicy | None) -> Tensor:
+    """value with dvalue/dx = derivative(value if of_output else x)."""
     if torch.compiler.is_compiling():
-        return _CompiledGuarded.apply(x, value, derivative, bottom, _chosen(layer, policy))
-    return _Guarded.apply(x, value, derivative, bottom, layer, policy)
+        slope = derivative(value if of_output else x.detach())
+        return _CompiledGuarded.apply(x, value, slope, bottom, _chosen(layer, policy))
+    return _Guarded.apply(x, value, derivative, of_output, bottom, layer, policy)
 
 
 def _chosen(layer: str | None, policy: GradientPolicy | None) -> str:
@@ -180,7 +208,9 @@ def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None,
     value = sqrt_rn(torch.clamp(x.detach(), min=0.0))
     if not _tracked(x):
         return value
-    return _guarded(x, value, 0.5 / torch.clamp(value, min=eps), value < eps, layer, policy)
+    # of the output: no second square root, and a clamp, not the singular x
+    return _guarded(x, value, lambda y: 0.5 / torch.clamp(y, min=eps), True, value < eps,
+                    layer, policy)
 
 
 def safe_abs_pow(x: Tensor, exponent: float, eps: float = SAFE_SQRT_EPS,
@@ -191,8 +221,10 @@ def safe_abs_pow(x: Tensor, exponent: float, eps: float = SAFE_SQRT_EPS,
     value = (torch.clamp(ax, min=eps) if exponent < 0 else ax) ** exponent
     if not _tracked(x):
         return value
-    derivative = exponent * torch.clamp(ax, min=eps) ** (exponent - 1.0) * torch.sign(x.detach())
-    return _guarded(x, value, derivative, ax < eps, layer, policy)
+
+    def derivative(x):
+        return exponent * torch.clamp(torch.abs(x), min=eps) ** (exponent - 1.0) * torch.sign(x)
+    return _guarded(x, value, derivative, False, ax < eps, layer, policy)
 
 
 def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None,
@@ -202,37 +234,41 @@ def safe_log(x: Tensor, eps: float = SAFE_LOG_EPS, layer: str | None = None,
     value = torch.log(xs)
     if not _tracked(x):
         return value
-    return _guarded(x, value, 1.0 / xs, x.detach() < eps, layer, policy)
+    return _guarded(x, value, lambda x: 1.0 / torch.clamp(x, min=eps), False, x.detach() < eps,
+                    layer, policy)
 
 
 class _Divide(torch.autograd.Function):
     """n/d, with d held at +-eps at the bottom points; both input gradients
     (and the tangent, in forward mode) go through the layer's gradient
-    policy."""
+    policy. The backward and the jvp use d and the quotient as saved, with
+    their graph and tangent (second order), d held at +-eps (a constant)
+    where it was in the forward pass."""
 
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(n, d, held, bottom, layer, policy):
+    def forward(n, d, held, eps, bottom, layer, policy):
         return n / held
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        n, d, held, bottom, layer, policy = inputs
-        ctx.save_for_backward(held, output, bottom)
-        ctx.save_for_forward(held, output, bottom)
+        n, d, _, eps, bottom, layer, policy = inputs
+        ctx.save_for_backward(d, output, bottom)
+        ctx.save_for_forward(d, output, bottom)
         _remember(ctx, layer, policy)
-        ctx.shapes = n.shape, d.shape
+        ctx.shapes, ctx.eps = (n.shape, d.shape), eps
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
-        return *_quotient_grads(ctx, grad, lambda g, bottom: _policy(ctx, g, bottom)), \
-            None, None, None, None
+        held, quotient, bottom = _held(ctx)
+        return *_quotient_grads(ctx, grad, held, quotient, bottom,
+                                lambda g, bottom: _policy(ctx, g, bottom)), None, None, None, \
+            None, None
 
     @staticmethod
-    def jvp(ctx, n_t, d_t, held_t, bottom_t, layer_t, policy_t):
-        held, quotient, bottom = ctx.saved_tensors
+    def jvp(ctx, n_t, d_t, held_t, eps_t, bottom_t, layer_t, policy_t):
+        held, quotient, bottom = _held(ctx)
         tangent = torch.zeros_like(quotient)
         if n_t is not None:
             tangent = tangent + n_t / held
@@ -257,14 +293,25 @@ class _CompiledDivide(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return *_quotient_grads(ctx, grad, lambda g, bottom: apply_policy(
+        return *_quotient_grads(ctx, grad, *ctx.saved_tensors, lambda g, bottom: apply_policy(
             g, bottom, policy=ctx.chosen)), None, None, None
 
 
-def _quotient_grads(ctx, grad: Tensor, policy) -> tuple[Tensor | None, Tensor | None]:
-    """n/d's input gradients from the saved (held, quotient, bottom), each
-    through ``policy(g, bottom)`` and summed to its input's shape."""
-    held, quotient, bottom = ctx.saved_tensors
+def _held(ctx) -> tuple[Tensor, Tensor, Tensor]:
+    """(held, quotient, bottom) from _Divide's saved (d, quotient, bottom),
+    with their graph but constant at the bottom points, as the derivatives
+    there are (a second derivative 0; PASSTHROUGH's quotient would bring
+    its own derivative in): held is d, or +-eps (d's sign) there, the bits
+    of safe_divide's held."""
+    d, quotient, bottom = ctx.saved_tensors
+    held = torch.where(bottom, torch.full_like(d, ctx.eps).copysign(d), d)
+    return held, torch.where(bottom, quotient.detach(), quotient), bottom
+
+
+def _quotient_grads(ctx, grad: Tensor, held: Tensor, quotient: Tensor, bottom: Tensor,
+                    policy) -> tuple[Tensor | None, Tensor | None]:
+    """n/d's input gradients from (held, quotient, bottom), each through
+    ``policy(g, bottom)`` and summed to its input's shape."""
     gn = gd = None
     if ctx.needs_input_grad[0]:
         gn = _sum_to(policy(grad / held, bottom), ctx.shapes[0])
@@ -299,7 +346,7 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
     bottom = torch.abs(raw) < eps
     if torch.compiler.is_compiling():
         return _CompiledDivide.apply(numerator, denominator, held, bottom, _chosen(layer, policy))
-    return _Divide.apply(numerator, denominator, held, bottom, layer, policy)
+    return _Divide.apply(numerator, denominator, held, eps, bottom, layer, policy)
 
 
 def safe_reciprocal(denominator: Tensor, eps: float = SAFE_DIV_EPS, layer: str | None = None,

@@ -41,8 +41,8 @@ def check_input(config: Config, core: str, device: str, dtype: str, samples: int
         raise InputError(f"--samples and --steps must be at least 1 (got {samples}, {steps})")
     check_device(core, device, dtype)
     from pompy.core import setup
-    state = setup.setup_grid(config)          # an unreadable IC file: ConfigError
-    cores.get(core).check_cfl(config, state)
+    # the whole set-up (the internal limit reads t and s); a bad IC file: ConfigError
+    cores.get(core).check_cfl(config, setup.checked_set_up(config))
 
 
 def verify(config: Config, core: str = cores.DEFAULT, device: str = "cpu", dtype: str = "float64",
@@ -59,7 +59,7 @@ def verify(config: Config, core: str = cores.DEFAULT, device: str = "cpu", dtype
     torch_dtype = DTYPES[dtype]
     dev = torch.device(device)
     oracle = Oracle()
-    key = certificate_key(core, dev, dtype)        # the sources verified: hashed before the checks
+    key = certificate_key(core, dev, dtype, config)   # the sources verified: hashed before the checks
     started = time.perf_counter()
     checks, times = [], {}
 

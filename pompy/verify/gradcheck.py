@@ -331,6 +331,15 @@ def gradient_cases(core: str) -> list[GradCase]:
     return [*GRAD_CASES, *GRAD_SECTIONS[cores.get(core).free_surface], *INTERNAL_GRAD_CASES]
 
 
+WHOLE_STEPS = "gradcheck two whole steps"
+
+
+def check_names(core: str) -> list[str]:
+    """The names of the suite's checks for ``core``, in its order (from its
+    own tables)."""
+    return [*(f"gradcheck {case.label}" for case in gradient_cases(core)), WHOLE_STEPS]
+
+
 def gradcheck_case(case: GradCase, config: Config, oracle, device, seed: int) -> Check:
     """One gradient case on the config's grid (float64, on the device)."""
     name = f"gradcheck {case.label}"
@@ -370,16 +379,14 @@ def whole_steps_gradcheck(config: Config, core: str, device, seed: int) -> list[
     split-explicit mode, t, tb, u, ub: one random direction through all of
     them, then one through each) and the parameter horcon, a 0-d tensor in
     the core's params (its one component, differenced at HORCON_EPS: see
-    there). A core that solves for the elevation solves to cg_tol 1e-14
-    here (200 iterations), so that the solver's tolerance is far below the
-    finite difference's."""
+    there). A core that solves for the elevation solves with the config's
+    own cg_tol and cg_maxiter and the solver training differentiates (the
+    certificate's key holds them)."""
     spec = cores.get(core)
-    cfg = config if not spec.solver else dataclasses.replace(
-        config, cg_tol=1e-14, cg_maxiter=max(200, config.cg_maxiter))
     wrt = CORE_WRT[spec.free_surface]
-    name = "gradcheck two whole steps"
+    name = WHOLE_STEPS
     try:
-        f, x0 = _core_objective(developed(cfg, spec, device), wrt, steps=2, seed=seed)
+        f, x0 = _core_objective(developed(config, spec, device), wrt, steps=2, seed=seed)
         return [_whole_steps_check(name, f, x0, wrt, seed)]
     except Exception as exc:
         return [crashed("gradcheck", name, 1.0, exc)]

@@ -293,6 +293,15 @@ def parity_suite(config: Config, core: str, oracle, device, dtype, samples: int,
                     report)
 
 
+def check_names(core: str) -> list[str]:
+    """The names of the suite's checks for ``core``, in its order (from its
+    own tables)."""
+    sections = SECTIONS[cores.get(core).free_surface] + SECTIONS_INTERNAL
+    return [COVERAGE, *(f"parity {case.label}" for case in PARITY_CASES),
+            *(f"parity {section.label}" for section in sections),
+            *(_setup_name(problem) for problem in SETUP_PROBLEMS)]
+
+
 def _parity_checks(config, oracle, states, sections, device, dtype, seed, samples
                    ) -> Iterator[Check]:
     """The suite's checks, each as soon as it is measured."""
@@ -304,13 +313,20 @@ def _parity_checks(config, oracle, states, sections, device, dtype, seed, sample
     yield from setup_parity(config, oracle, seed, samples)
 
 
+COVERAGE = "parity coverage"
+
+
+def _setup_name(problem: str) -> str:
+    return f"parity set-up {problem}"
+
+
 def _coverage() -> Check:
     """Fails naming the routines of ROUTINES that have no case."""
     from pompy.core import stepping
 
     covered = {case.routine for case in PARITY_CASES} | set(SETUP_PROBLEMS)
     missing = sorted(set(stepping.ROUTINES) - covered)
-    return Check("parity", "parity coverage", float(len(missing)), 0.0, not missing,
+    return Check("parity", COVERAGE, float(len(missing)), 0.0, not missing,
                  "routines without a case: " + ", ".join(missing) if missing else
                  f"{len(stepping.ROUTINES)} routines of ROUTINES, smol_adif, sections")
 
@@ -397,7 +413,7 @@ def _setup_check(config: Config, problem: str, iproblem: int, seed: int, samples
                 err, where = relative_error(_numpy(got[name]), want[name])
                 worst.add(err, F64_TOL, f"{name} at {where}"
                           + ("" if sample is None else f", seed {sample}"))
-        return worst.check("parity", f"parity set-up {problem}",
+        return worst.check("parity", _setup_name(problem),
                            note="CPU float64: every core sets up there")
     except Exception as exc:
-        return crashed("parity", f"parity set-up {problem}", F64_TOL, exc)
+        return crashed("parity", _setup_name(problem), F64_TOL, exc)

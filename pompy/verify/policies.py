@@ -119,8 +119,31 @@ def _policy_check(name: str, op, ordinary: float, bottom: float, policy, want, d
         detail = f"got {got.tolist()}, expected {list(want)} (ordinary, bottom)"
     except Exception as exc:
         figure, detail = math.inf, f"{type(exc).__name__}: {exc}"
-    return Check("policies", f"policy {policy.name} {name}", figure, rtol, _within(figure, rtol),
+    return Check("policies", _op_check_name(policy, name), figure, rtol, _within(figure, rtol),
                  detail)
+
+
+def _op_check_name(policy, op: str) -> str:
+    return f"policy {policy.name} {op}"
+
+
+def _level_check_name(i: int) -> str:
+    return f"policy precedence: {LEVELS[i]} over {', '.join(LEVELS[i + 1:]) or 'built-in, CLAMP'}"
+
+
+FORWARD_MODE = "policy forward mode (jvp == vjp; CLAMP refused)"
+BUILTIN = "policy precedence: registry over built-in over CLAMP"
+THREADS = "policy isolation across threads"
+TASKS = "policy isolation across asyncio tasks"
+
+
+def check_names() -> list[str]:
+    """The names of the suite's checks, in its order (from its own tables)."""
+    from pompy.autodiff.policies import GradientPolicy
+
+    return [*(_op_check_name(policy, op[0]) for op in _safe_ops() for policy in GradientPolicy),
+            FORWARD_MODE, *(_level_check_name(i) for i in range(len(LEVELS))), BUILTIN,
+            THREADS, TASKS]
 
 
 def _forward_mode_check(device, dtype, rtol) -> Check:
@@ -146,7 +169,7 @@ def _forward_mode_check(device, dtype, rtol) -> Check:
         except RuntimeError:
             refused += 1
     ok = _within(worst, rtol) and not problems
-    return Check("policies", "policy forward mode (jvp == vjp; CLAMP refused)", worst, rtol, ok,
+    return Check("policies", FORWARD_MODE, worst, rtol, ok,
                  "; ".join(problems) or f"CLAMP refused by {refused} ops",
                  {"clamp_refused": refused})
 
@@ -234,12 +257,11 @@ def _level_check(device, dtype, i: int) -> Check:
             if got not in allowed:
                 wrong.append(f"{level}={winner.name} over {loser.name}: "
                              f"{got.name if got else 'none'}")
-    below = ", ".join(LEVELS[i + 1:]) or "built-in, CLAMP"
     measured = {"combinations": trials}
     if cuda and level == "backward context":
         measured["reached_the_device"] = (all(reached) if all(reached) or not any(reached)
                                           else "sometimes")
-    return Check("policies", f"policy precedence: {level} over {below}", float(len(wrong)), 0.0,
+    return Check("policies", _level_check_name(i), float(len(wrong)), 0.0,
                  not wrong, "; ".join(wrong[:4]) or f"{trials} combinations", measured)
 
 
@@ -259,7 +281,7 @@ def _builtin_check(device, dtype) -> Check:
     got = _probe(device, dtype, POLICY_LAYER, {})
     if got is not P.CLAMP:
         wrong.append(f"no policy anywhere: {got}, not CLAMP")
-    return Check("policies", "policy precedence: registry over built-in over CLAMP",
+    return Check("policies", BUILTIN,
                  float(len(wrong)), 0.0, not wrong, "; ".join(wrong) or "5 combinations")
 
 
@@ -320,7 +342,7 @@ def _thread_isolation(device, dtype) -> Check:
             wrong.append(f"thread in {policy.name}: {seen.get(policy.name)}")
     if seen.get("new thread") != (None, P.CLAMP):
         wrong.append(f"a new thread under the parent's REJECT saw {seen.get('new thread')}")
-    return Check("policies", "policy isolation across threads", float(len(wrong)), 0.0,
+    return Check("policies", THREADS, float(len(wrong)), 0.0,
                  not wrong, "; ".join(wrong) or "3 threads")
 
 
@@ -364,5 +386,5 @@ def _asyncio_isolation(device, dtype) -> Check:
         wrong = [f"{k}: {got.get(k)} (expected {v})" for k, v in want.items() if got.get(k) is not v]
     except Exception as exc:
         wrong = [f"{type(exc).__name__}: {exc}"]
-    return Check("policies", "policy isolation across asyncio tasks", float(len(wrong)), 0.0,
+    return Check("policies", TASKS, float(len(wrong)), 0.0,
                  not wrong, "; ".join(wrong) or f"{len(want)} observations")

@@ -60,12 +60,27 @@ def run_suite(config: Config, core: str, oracle, device, dtype, steps: int,
     return checks, reference
 
 
+CONTINUITY = "implicit continuity"
+OPERATOR = "implicit operator symmetric positive definite"
+SOLVER = "implicit reference CG vs scipy"
+
+
+def _twin_check_name(spec: CoreSpec) -> str:
+    return f"run vs {spec.twin_name}"
+
+
+def check_names(core: str) -> list[str]:
+    """The names of the suite's checks for ``core``, in its order."""
+    spec = cores.get(core)
+    return [_twin_check_name(spec), *((CONTINUITY, OPERATOR, SOLVER) if spec.solver else ())]
+
+
 def _twin_check(config: Config, spec: CoreSpec, oracle, device, dtype, steps: int) -> Check:
     """The run against the twin: the worst variable against its bar."""
     f32 = dtype == torch.float32
     tol = RUN_F32_TOL if f32 else RUN_F64_TOL + (IMPLICIT_COND * config.cg_tol
                                                 if spec.solver else 0.0)
-    name = f"run {steps} steps vs {spec.twin_name}"
+    name = _twin_check_name(spec)
     worst = _Worst()
     try:
         model = oracle_model(config, spec)
@@ -86,7 +101,7 @@ def _twin_check(config: Config, spec: CoreSpec, oracle, device, dtype, steps: in
             (worst if gated else diagnostic).add(err, tol, f"{field} at {where}, iint {steps}")
         measured = {} if not f32 else {"diagnostics": diagnostic.figure,
                                        "diagnostics_where": diagnostic.where}
-        return worst.check("run", name, **measured)
+        return worst.check("run", name, steps=steps, **measured)
     except Exception as exc:
         return crashed("run", name, tol, exc)
 
@@ -128,7 +143,7 @@ def _continuity_check(config: Config, spec: CoreSpec, device) -> Check:
     from pompy.core.external import implicit as scheme
     from pompy.ops import xp, yp
 
-    name = "implicit continuity"
+    name = CONTINUITY
     try:
         core = developed(dataclasses.replace(config, cg_tol=1e-4), spec, device)
         s0 = dict(core.state)
@@ -175,11 +190,11 @@ def _operator_checks(core) -> Iterator[Check]:
         ok = asym == 0.0 and eig > 0
     else:
         eig, ok = math.nan, asym == 0.0
-    yield Check("run", "implicit operator symmetric positive definite", asym, 0.0, ok, detail,
+    yield Check("run", OPERATOR, asym, 0.0, ok, detail,
                 {"smallest_eigenvalue": eig})
     want = spla.spsolve(m.tocsc(), b.numpy().T.reshape(-1))
     want = torch.from_numpy(want.reshape(tuple(b.shape)[::-1]).T.copy())
     x, res = cg.solve(a, b, 1e-13, max(200, int(a.active.sum()) * 2))
     figure = float((x - want).abs().max() / want.abs().max())
-    yield Check("run", "implicit reference CG vs scipy", figure, CG_TOL, _within(figure, CG_TOL),
+    yield Check("run", SOLVER, figure, CG_TOL, _within(figure, CG_TOL),
                 f"relative residual {float(res):.2e}", {"residual": float(res)})

@@ -15,23 +15,25 @@ Two solvers, both to the relative residual ``tol`` (|b - A x| <= tol |b|):
 
 - :func:`solve` (the reference): plain CG with a fixed iteration budget,
   every entry frozen by masks once converged, so nothing is read on the
-  host and no Python branch depends on a value; differentiable by implicit
-  differentiation: the backward pass is one more solve with the same
-  (symmetric) operator, A lambda = dL/dx, and gives dL/db = lambda,
-  dL/ddiag = -lambda x, dL/dcx(i) = lambda(i) x(i-1) + lambda(i-1) x(i)
-  (likewise cy), so its memory does not grow with the iteration count;
-  forward mode likewise (x' = A^-1 (b' - A' x)). It also returns the
-  final relative residual, which the core checks (one host read per
-  step, with the velocity check).
-- :func:`pcg` (accelerated, for data generation without gradients):
-  Jacobi-preconditioned CG that stops when the residual, read on the host
-  every ``check_every`` iterations, is small enough.
+  host and no Python branch depends on a value (torch.vmap batches it;
+  the Fortran twin's cg_solve is its algorithm).
+- :func:`pcg` (accelerated): Jacobi-preconditioned CG that stops when the
+  residual, read on the host every ``check_every`` iterations, is small
+  enough.
 
-:func:`solve_auto` takes the reference whenever a derivative can flow
-through the solve (grad enabled and an input requiring grad, or a
-forward-mode tangent: the seed's pitfall 3, the accelerated solver's host
-reads and early exit would cut or falsify it), the accelerated one
-otherwise (a plain run, data generation).
+Both return the true relative residual |b - A x|/|b| recomputed from x,
+which the core checks against cg_tol (one host read per step, with the
+velocity check). Either is differentiable by implicit differentiation
+(:class:`_Solve`): the backward pass is one more solve with the same
+(symmetric) operator, A lambda = dL/dx, and gives dL/db = lambda,
+dL/ddiag = -lambda x, dL/dcx(i) = lambda(i) x(i-1) + lambda(i-1) x(i)
+(likewise cy), so its memory does not grow with the iteration count;
+forward mode likewise (x' = A^-1 (b' - A' x)). These solves check their
+residual as the forward one does: one that stops short raises
+NotConverged naming it.
+
+:func:`solve_auto`, the core's: the PCG, under gradients or not, the
+reference CG inside pompy.compat.fortran_math() and torch.func transforms.
 """
 from __future__ import annotations
 
@@ -42,8 +44,17 @@ from torch import Tensor
 from torch.autograd import forward_ad
 
 from pompy import compat
+from pompy.errors import NotConverged
 from pompy.ops import put, xm, ym
 from pompy.utils.safety import requires_grad
+
+# what gradients through the core's elevation solve go through (solve_auto):
+# a verification certificate's key names it
+GRADIENT_SOLVER = "Jacobi PCG, implicitly differentiated"
+
+# the residual's slack over cg_tol (the solves stop on |r|^2 <= tol^2 |b|^2,
+# and |r|/|b| may round a few ulps past tol; the Fortran twin's the same)
+SLACK = 1.0 + 1e-9
 
 
 class FivePoint(NamedTuple):
@@ -97,9 +108,20 @@ def _dot(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum()
 
 
+def _true_residual(v: _Interior, b: Tensor, x: Tensor, scale: Tensor) -> Tensor:
+    """|b - A x| / |b| recomputed from x: the recurrence's residual drifts
+    from it by rounding (measured: float32 reported 1e-13 where the true
+    one was 2e-6; float64 at cg_tol 1e-17, 7e-18 against 1.3e-14), so the
+    solves report this one, which no tolerance below the arithmetic's
+    floor can pass."""
+    r = b - _apply(v, x)
+    return torch.sqrt(_dot(r, r) / scale)
+
+
 def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = None
         ) -> tuple[Tensor, Tensor]:
-    """Fixed-budget CG with converged entries frozen: (x, |r|/|b|)."""
+    """Fixed-budget CG with converged entries frozen: (x, the true
+    |b - A x|/|b|)."""
     x = torch.zeros_like(b) if x is None else x
     v = _interior(a)
     r = b - _apply(v, x)
@@ -119,7 +141,7 @@ def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = No
         beta = torch.where(going, rr_new / torch.where(rr != 0, rr, one), 0 * one)
         p = torch.where(going, r + beta * p, p)
         rr = torch.where(going, rr_new, rr)
-    return x, torch.sqrt(rr / torch.where(bb > 0, bb, one))
+    return x, _true_residual(v, b, x, torch.where(bb > 0, bb, one))
 
 
 def _face_grads(lam: Tensor, x: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -131,55 +153,93 @@ def _face_grads(lam: Tensor, x: Tensor, active: Tensor) -> tuple[Tensor, Tensor,
     return gdiag, gcx, gcy
 
 
+def _solved(a: FivePoint, b: Tensor, tol: float, maxiter: int, accelerated: bool
+            ) -> tuple[Tensor, Tensor]:
+    """(x, true relative residual) by the PCG (``accelerated``) or the
+    reference CG."""
+    if accelerated:
+        x, residual, _ = pcg(a, b, tol, maxiter)
+        return x, residual
+    return _cg(a, b, tol, maxiter)
+
+
+def _checked(x: Tensor, residual: Tensor, rhs: Tensor, tol: float, maxiter: int, solve: str
+             ) -> Tensor:
+    """x, once its solve is known to have reached tol: NotConverged naming
+    the solve otherwise (unless the right-hand side ``rhs`` is not finite: a
+    NaN loss's gradient, whose NaN goes on for the caller to see). Under torch.func transforms (vmap, hessian, ...)
+    the residual cannot be read on the host: a short solve's x is NaN
+    there, which the time loop's finiteness check or the loss reports."""
+    if torch._C._are_functorch_transforms_active():
+        return torch.where(residual <= tol * SLACK, x, torch.full_like(x, float("nan")))
+    value = float(residual)
+    if not value <= tol * SLACK and bool(torch.isfinite(rhs).all()):
+        raise NotConverged(None, value, tol, maxiter, solve=solve)
+    return x
+
+
 class _Solve(torch.autograd.Function):
-    """x = A^-1 b by the fixed-budget CG, differentiated implicitly."""
+    """x = A^-1 b by a CG (the PCG where ``accelerated``, else the
+    fixed-budget reference), differentiated implicitly: the adjoint and
+    tangent solves are the same CG to the same tol, their residuals
+    checked. With create_graph the adjoint is itself a _Solve, so second
+    derivatives are implicit too."""
 
     generate_vmap_rule = True          # an ensemble's members solve under torch.vmap
 
     @staticmethod
-    def forward(diag, cx, cy, active, b, tol, maxiter):
-        x, res = _cg(FivePoint(diag, cx, cy, active), b, tol, maxiter)
-        return x, res
+    def forward(diag, cx, cy, active, b, tol, maxiter, accelerated):
+        return _solved(FivePoint(diag, cx, cy, active), b, tol, maxiter, accelerated)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        diag, cx, cy, active, b, tol, maxiter = inputs
+        diag, cx, cy, active, b, tol, maxiter, accelerated = inputs
         x, _ = output
         ctx.save_for_backward(diag, cx, cy, active, x)
         ctx.save_for_forward(diag, cx, cy, active, x)
-        ctx.tol, ctx.maxiter = tol, maxiter
+        ctx.tol, ctx.maxiter, ctx.accelerated = tol, maxiter, accelerated
         ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def derivative_solve(ctx, a: FivePoint, rhs: Tensor, solve: str) -> Tensor:
+        if torch.is_grad_enabled():                 # create_graph: differentiable again
+            x, residual = _Solve.apply(*a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated)
+        else:
+            x, residual = _solved(a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated)
+        return _checked(x, residual, rhs, ctx.tol, ctx.maxiter, solve)
 
     @staticmethod
     def backward(ctx, grad_x, grad_res):
         diag, cx, cy, active, x = ctx.saved_tensors
         a = FivePoint(diag, cx, cy, active)
-        lam, _ = _cg(a, grad_x, ctx.tol, ctx.maxiter)      # A symmetric: A^T = A
+        # A symmetric: A^T = A
+        lam = _Solve.derivative_solve(ctx, a, grad_x, "adjoint elevation solve (backward pass)")
         gdiag, gcx, gcy = _face_grads(lam, x, active)
-        return gdiag, gcx, gcy, None, lam, None, None
+        return gdiag, gcx, gcy, None, lam, None, None, None
 
     @staticmethod
-    def jvp(ctx, diag_t, cx_t, cy_t, active_t, b_t, tol_t, maxiter_t):
+    def jvp(ctx, diag_t, cx_t, cy_t, active_t, b_t, tol_t, maxiter_t, accelerated_t):
         diag, cx, cy, active, x = ctx.saved_tensors
         zero = torch.zeros_like(x)
         tangent_a = FivePoint(zero if diag_t is None else diag_t, zero if cx_t is None else cx_t,
                               zero if cy_t is None else cy_t, active)
         rhs = (zero if b_t is None else b_t) - torch.where(active, apply(tangent_a, x), zero)
-        x_t, _ = _cg(FivePoint(diag, cx, cy, active), rhs, ctx.tol, ctx.maxiter)
+        x_t = _Solve.derivative_solve(ctx, FivePoint(diag, cx, cy, active), rhs,
+                                      "tangent elevation solve (forward mode)")
         return x_t, None
 
 
 def solve(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
     """The reference CG: (x, relative residual), differentiable in diag, cx,
     cy and b (module docstring)."""
-    return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter)
+    return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, False)
 
 
 def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
         ) -> tuple[Tensor, Tensor, int]:
-    """Jacobi-preconditioned CG with early exit (no gradients): (x, relative
-    residual, iterations). The residual is read on the host every
-    ``check_every`` iterations."""
+    """Jacobi-preconditioned CG with early exit (no gradients): (x, the true
+    relative residual, iterations). The recurrence's residual is read on
+    the host every ``check_every`` iterations."""
     with torch.no_grad():
         inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
         x = torch.zeros_like(b)
@@ -207,7 +267,7 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
             rr = float(_dot(r, r))
             if rr <= limit:
                 break
-        return x, torch.tensor((rr / bb) ** 0.5, dtype=b.dtype, device=b.device), done
+        return x, _true_residual(v, b, x, torch.as_tensor(bb, dtype=b.dtype, device=b.device)), done
 
 
 def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
@@ -220,13 +280,18 @@ def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
 
 
 def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
-    """The reference CG whenever a derivative can flow through the solve
-    (the seed's pitfall 3: the accelerated solver's host reads and early
-    exit would cut or falsify it) and inside pompy.compat.fortran_math()
-    (bit for bit with the Fortran twin, whose cg_solve is the reference's
-    algorithm), the accelerated PCG otherwise."""
-    if _differentiated((a.diag, a.cx, a.cy, b)) or compat.in_force():
+    """The reference CG inside pompy.compat.fortran_math() (bit for bit
+    with the Fortran twin, whose cg_solve is the reference's algorithm) and
+    under torch.func transforms (vmap cannot batch the PCG's host reads);
+    the PCG otherwise, differentiated implicitly whenever a derivative can
+    flow through the solve. Training's batches (gradients on) and its test
+    batches (off) so solve the same way, to the same residual floor; the
+    PCG's early exit cuts no gradient, which implicit differentiation takes
+    from the solution, not from the iterations (the seed's pitfall 3)."""
+    if compat.in_force() or torch._C._are_functorch_transforms_active():
         return solve(a, b, tol, maxiter)
+    if _differentiated((a.diag, a.cx, a.cy, b)):
+        return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True)
     x, res, _ = pcg(a, b, tol, maxiter)
     return x, res
 

@@ -1,0 +1,89 @@
+"""README's training path, run as a user would from a fresh checkout: the
+three commands of its "Training" section (``pompy verify`` on
+configs/train_tiny.nml, ``pompy generate``, ``torchrun
+--nproc_per_node=2 -m pompy train``), taken from README.md itself, for
+each core; the trainer runs on the certificate verify wrote and the
+dataset generate wrote. Only the epochs are cut to one (``--epochs 1``)
+and torchrun is given a free port on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pompy import cores
+
+ROOT = Path(__file__).parents[1]
+
+
+def readme_training_commands() -> list[str]:
+    """The indented commands of README's "Training" section that start with
+    ``pompy verify``, ``pompy generate`` and ``torchrun``, continuation
+    lines joined, comments dropped."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Training", 1)[1].split("\n## ", 1)[0]
+    joined = re.sub(r"\\\n\s*", "", section)
+    commands = [line.split("#")[0].strip() for line in joined.splitlines()
+                if re.match(r"    (pompy (verify|generate)|torchrun) ", line)]
+    assert [c.split()[:2] for c in commands] == [["pompy", "verify"], ["pompy", "generate"],
+                                                  ["torchrun", "--nproc_per_node=2"]], commands
+    return commands
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def as_run(command: str, core: str) -> list[str]:
+    """``command`` with this interpreter for ``pompy`` and ``torchrun``, the
+    core named, one epoch, and a free port for torchrun."""
+    words = shlex.split(command.replace("--core implicit", f"--core {core}"))
+    if words[0] == "torchrun":
+        words = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
+                 f"--master_port={free_port()}", *words[1:], "--epochs", "1"]
+        if "--core" not in words:
+            words += ["--core", core]
+    else:
+        words = [sys.executable, "-m", *words]
+    return words
+
+
+@pytest.mark.parametrize("core", cores.NAMES)
+def test_the_readme_training_path_runs_end_to_end(core, oracle, tmp_path):
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    env = dict(os.environ, POMPY_HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1")
+    results = []
+    for command in readme_training_commands():
+        result = subprocess.run(as_run(command, core), cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, (command, result.stdout[-3000:], result.stderr[-3000:])
+        results.append(result)
+    verified, generated, trained = results
+    assert re.search(r"(\d+) of \1 checks passed", verified.stdout), verified.stdout[-500:]
+    certificate, = (tmp_path / "home" / "certificates").glob(f"{core}-*.json")
+    body = json.loads(certificate.read_text())
+    assert body["passed"] is True and body["key"]["grid"] == "16x12x6"
+    assert any((tmp_path / "data" / "train_tiny").iterdir())
+    run = tmp_path / "runs" / "train_tiny"
+    with open(run / "train_log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["Phase"] for r in rows} == {"Train", "Test"}, rows
+    assert all(math.isfinite(float(r["TotalLoss"])) for r in rows)
+    import torch
+
+    saved = sorted(run.glob("checkpoint_*.pt"))
+    assert saved
+    for path in saved:
+        assert torch.load(path, weights_only=True)["certificate"]["key"] == body["key"]
