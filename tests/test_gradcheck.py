@@ -58,7 +58,6 @@ gradient smol_adif had outside the valid T/S states (now guarded).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -66,7 +65,6 @@ import pytest
 import torch
 from torch.autograd import forward_ad
 
-import pompy.utils.safety as safety
 from pompy.autodiff.policies import GradientPolicy, policy_override, selected_policy
 from pompy import calls
 from pompy.calls import bind
@@ -76,32 +74,14 @@ from pompy.core.external import split
 from pompy.core.viscosity import smagorinsky
 from pompy.ops import X, Y, Z, shift
 from strategies import random_state, to_torch
+from pompy.verify.gradcheck import core_objective as verify_objective
+from pompy.verify.gradients import guards_watched
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 DT = torch.float64
 
 
 # --------------------------------------------------------------------------- helpers
-
-@contextlib.contextmanager
-def guards_watched():
-    """Record, during a backward, every safe-op guard that fires at a point
-    receiving a non-zero gradient: yields the list of (layer, count)."""
-    fired = []
-    original = safety.apply_policy
-
-    def watching(grad, is_bottom, policy=None, layer=None):
-        hit = int((is_bottom & (grad != 0)).sum())
-        if hit:
-            fired.append((layer, hit))
-        return original(grad, is_bottom, policy=policy, layer=layer)
-
-    safety.apply_policy = watching
-    try:
-        yield fired
-    finally:
-        safety.apply_policy = original
-
 
 def routine_forward(fn, call: str):
     """(state, params) -> {actual name: output} for a physics routine called
@@ -499,43 +479,11 @@ def warm_core():
 
 
 def core_objective(core, steps: int = 2, seed: int = 0, wrt: tuple[str, ...] = CORE_WRT):
-    """(f, x0): f(el, elb, t, tb, u, ub, horcon) runs ``steps`` internal
-    steps (each with its external passes) of ``core`` from its current
-    state, with those fields set on the core as given (leaf tensors
-    requiring grad: run_time_loop clones them) and Smagorinsky's horcon
-    as a 0-d tensor in core.params (smagorinsky takes it from there through
-    pompy.calls), and returns a weighted sum of the new el, u,
-    v, t, s, q2, w, each over its magnitude."""
-    base, iint0, time0 = dict(core.state), core.iint, core.time
-    horcon0 = core.params["horcon"]
-
-    def run(*x):
-        object.__setattr__(core, "state", dict(base))
-        core.iint, core.time = iint0, time0
-        for name, value in zip(wrt, x):
-            setattr(core, name, value)                    # core.el = x, ...
-        core.params["horcon"] = x[-1]
-        core.iend = iint0 + steps
-        try:
-            core.run_time_loop()
-            return dict(core.state)
-        finally:
-            core.params["horcon"] = horcon0
-            object.__setattr__(core, "state", base)
-            core.iint, core.time = iint0, time0
-
-    x0 = tuple(base[n].detach().clone().requires_grad_(True) for n in wrt) + (
-        torch.tensor(float(horcon0), dtype=DT, requires_grad=True),)
-    with torch.no_grad():
-        after = run(*(x.detach() for x in x0))
-    gen = torch.Generator().manual_seed(seed)
-    weights = {n: torch.randn(after[n].shape, generator=gen, dtype=DT) / float(after[n].abs().max())
-               for n in CORE_OUT}
-
-    def f(*x):
-        out = run(*x)
-        return sum((weights[n] * out[n]).sum() for n in CORE_OUT)
-    return f, x0
+    """(f, x0): f(*wrt fields, horcon) runs ``steps`` internal steps of
+    ``core`` from its current state: pompy verify's whole-step objective
+    (a weighted sum of the new el, u, v, t, s, q2, w over their magnitudes),
+    which gradcheck here measures against finite differences."""
+    return verify_objective(core, wrt, steps, seed)
 
 
 def test_two_internal_steps_gradcheck(warm_core):

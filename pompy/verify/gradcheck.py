@@ -386,7 +386,7 @@ def whole_steps_gradcheck(config: Config, core: str, device, seed: int) -> list[
     wrt = CORE_WRT[spec.free_surface]
     name = WHOLE_STEPS
     try:
-        f, x0 = _core_objective(developed(config, spec, device), wrt, steps=2, seed=seed)
+        f, x0 = core_objective(developed(config, spec, device), wrt, steps=2, seed=seed)
         return [_whole_steps_check(name, f, x0, wrt, seed)]
     except Exception as exc:
         return [crashed("gradcheck", name, 1.0, exc)]
@@ -426,7 +426,7 @@ def _whole_steps_check(name: str, f: Callable, x0: tuple, wrt: tuple, seed: int)
 HORCON_EPS = 1e-4
 
 
-def _core_objective(core, wrt: tuple, steps: int, seed: int):
+def core_objective(core, wrt: tuple, steps: int, seed: int):
     """(f, x0): f(*fields, horcon) runs ``steps`` internal steps of ``core``
     from its current state with those fields set (leaves requiring grad)
     and horcon a 0-d tensor in core.params; a weighted sum of the new el,
