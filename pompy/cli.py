@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,8 @@ from pathlib import Path
 from pompy import __version__
 from pompy import cores
 from pompy.config import DERIVED, POLICY_GROUP, Config, load_config, namelist_literal, pom2k_fields
-from pompy.errors import InputError, Interrupted, ModelStop
+from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
+from pompy.oracle.build import BuildEnvironmentError
 from pompy.utils import allocator
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
@@ -23,20 +25,26 @@ TCMALLOC_PACKAGE = "libtcmalloc-minimal4"
 TCMALLOC_INSTALL = f"sudo apt-get install -y {TCMALLOC_PACKAGE}"
 
 
+EXIT_FAULT = 4          # the machine's fault (pompy.errors.EnvironmentFault)
 BUG_REPORT = ("pompy: this is a bug in pompy, not in your input; please report it with the "
               "command line and the traceback above")
 
 
 def main(argv: list[str] | None = None) -> int:
     """The command line: 0 done, 1 a comparison beyond tolerance, 2 bad
-    input (one line "pompy: ..."), 3 a model stop (blow-up), 128+N a
-    signal N (130 SIGINT, 143 SIGTERM); a traceback only for bugs."""
+    input (one line "pompy: ..."), 3 a model stop (blow-up), 4 a fault of
+    the machine (one line: a full disk, a locked file, a folder not
+    writable), 128+N a signal N (130 SIGINT, 143 SIGTERM); a traceback only
+    for bugs."""
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
     except InputError as err:
         print(f"pompy: {err}", file=sys.stderr)
         return 2
+    except (EnvironmentFault, BuildEnvironmentError) as err:
+        print(f"pompy: {err}", file=sys.stderr)
+        return EXIT_FAULT
     except BrokenPipeError:             # `pompy compare A B | head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -68,7 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--no-cfl-check", action="store_true",
                          help="let a dte at or above the external CFL limit through (the run will blow up)")
     run_cmd.add_argument("--output", type=Path, help="output folder (default: output/<config name>)")
-    run_cmd.add_argument("--steps", type=positive_int, help="internal steps to run (default: the config's iend)")
+    length = run_cmd.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=positive_int,
+                        help="internal steps to run (default: the config's days; a continued run "
+                             "goes on to the end the run that wrote the restart was heading for)")
+    length.add_argument("--days", type=positive_float, metavar="DAYS",
+                        help="model days to run (instead of --steps)")
     run_cmd.add_argument("--restart", type=Path, metavar="FILE",
                          help="continue from a restart file written by an earlier run")
     run_cmd.add_argument("--restart-every", type=non_negative, metavar="DAYS",
@@ -85,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "residual) from the device every N steps (default 1, pom2k's); a "
                               "stop still names the first bad step")
     run_cmd.add_argument("--force", action="store_true",
-                         help="run even if the estimated memory exceeds what is available")
+                         help="run even if the estimated memory exceeds what is available, or if "
+                              "the restart was made with another core, dtype or state parameter "
+                              "(said in the output's history)")
     run_cmd.add_argument("--oracle", action="store_true",
                          help="with --core implicit: its Fortran twin (the explicit Fortran driver "
                               "is --core oracle)")
@@ -124,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd = commands.add_parser(
         "verify", help="check a torch core against the Fortran oracle (parity, gradcheck, "
                        "gradient policies) and write the certificate the trainer requires")
-    verify_cmd.add_argument("--config", type=Path, required=True, metavar="CONFIG.nml",
+    verify_cmd.add_argument("config", type=Path, nargs="?", metavar="CONFIG.nml",
                             help="the grid and parameters to verify on")
+    verify_cmd.add_argument("--config", type=Path, dest="config_option", metavar="CONFIG.nml",
+                            help=argparse.SUPPRESS)       # the older spelling, kept
     verify_cmd.add_argument("--set", action="append", metavar="NAME=VALUE",
                             help="override one parameter, value as in a namelist (repeatable)")
     verify_cmd.add_argument("--core", choices=cores.NAMES, default=cores.DEFAULT,
@@ -137,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="random states per routine (default 2)")
     verify_cmd.add_argument("--steps", type=positive_int, default=12,
                             help="internal steps of the whole run against the oracle (default 12)")
-    verify_cmd.add_argument("--seed", type=int, default=0, help="first random state's seed (default 0)")
+    verify_cmd.add_argument("--seed", type=seed_int, default=0,
+                            help="first random state's seed, 0 .. 2**32-1 (default 0)")
     verify_cmd.set_defaults(handler=verify_command)
 
     from pompy.report import DESCRIPTION as REPORT_DESCRIPTION, add_arguments as add_report_arguments
@@ -168,6 +186,26 @@ def non_negative(text: str) -> float:
         value = -1.0
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of days >= 0")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days > 0")
+    return value
+
+
+def seed_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed: an integer 0 .. 2**32-1")
     return value
 
 
@@ -208,7 +246,7 @@ def setup(args: argparse.Namespace) -> int:
         path = build(verbose=True)
     except OracleBuildError as exc:
         print(f"pompy setup: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAULT if isinstance(exc, BuildEnvironmentError) else 1
     print(f"pompy setup: the Fortran oracle is built in {path.parent} "
           "($POMPY_HOME/oracle/<hash>; POMPY_HOME defaults to ~/.cache/pompy)")
     return 0
@@ -240,17 +278,41 @@ def run_command(args: argparse.Namespace) -> int:
         run_case(config, output, core=args.core, steps=args.steps, restart=restart,
                  device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check,
                  overwrite=args.overwrite, force=args.force, fortran_math=args.fortran_math,
-                 oracle=args.oracle, check_every=args.check_every, compile=args.compile)
+                 oracle=args.oracle, check_every=args.check_every, compile=args.compile,
+                 days=args.days)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         return 3
     except Interrupted as exc:
         name = signal.Signals(exc.signum).name
+        if exc.restart is None:
+            print(f"pompy: {name} after step iint={exc.iint}; its restart could not be written "
+                  "(a fault of the disk)", file=sys.stderr)
+            return EXIT_FAULT
         print(f"pompy: {name} after step iint={exc.iint}; its restart is in {exc.restart}; "
-              f"continue with: pompy run {args.config} --restart {exc.restart} --output DIR",
-              file=sys.stderr)
+              f"continue with: {continue_command(args, exc.restart, output)}", file=sys.stderr)
         return 128 + exc.signum
     return 0
+
+
+def continue_command(args: argparse.Namespace, restart: Path, output: Path) -> str:
+    """The `pompy run` that continues ``args``'s run from ``restart`` on the
+    same core, device, precision and parameters, to the end it was heading
+    for (so no --steps or --days)."""
+    words = ["pompy", "run", str(args.config)]
+    for item in args.set or ():
+        words += ["--set", item]
+    for flag, value, default in (("--core", args.core, cores.DEFAULT), ("--device", args.device, "cpu"),
+                                 ("--dtype", args.dtype, "float64"),
+                                 ("--check-every", args.check_every, 1),
+                                 ("--restart-every", args.restart_every, None),
+                                 ("--output-every", args.output_every, None)):
+        if value != default:
+            words += [flag, str(value)]
+    words += [flag for flag, on in (("--oracle", args.oracle), ("--fortran-math", args.fortran_math),
+                                    ("--compile", args.compile), ("--no-cfl-check", args.no_cfl_check),
+                                    ("--force", args.force)) if on]
+    return shlex.join(words + ["--restart", str(restart), "--output", str(output)])
 
 
 def generate_command(args: argparse.Namespace) -> int:
@@ -271,6 +333,13 @@ def train_command(args: argparse.Namespace) -> int:
 def verify_command(args: argparse.Namespace) -> int:
     from pompy.verify import run_command as verify
 
+    if args.config is not None and args.config_option is not None \
+            and args.config != args.config_option:
+        raise InputError(f"pompy verify: two configs, {args.config} and --config "
+                         f"{args.config_option}; give one")
+    args.config = args.config or args.config_option
+    if args.config is None:
+        raise InputError("pompy verify: give the config to verify on: pompy verify CONFIG.nml")
     return verify(args)
 
 

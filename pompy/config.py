@@ -335,6 +335,38 @@ BOUNDARY_FACTORS = {"rfe": 1.0, "rfw": 1.0, "rfn": 1.0, "rfs": 1.0}
 MEMBER_PARAMS = ("wind_factor",)
 
 
+# The parameters that say how long a run goes, what it writes and when it
+# gives up: a continued run may change them. Every other pom2k parameter
+# shapes the state (grid, steps, physics, forcing) and must be the one the
+# restart was made with (pompy.driver.check_continuation).
+RUN_CONTROL = ("title", "days", "prtd1", "prtd2", "swtch", "nread", "vmaxl", "cg_maxiter",
+               "output_every", "restart_every")
+
+
+def state_differences(config: Config, namelist: str) -> list[str]:
+    """'name: A (restart) -> B' for each state parameter (not RUN_CONTROL)
+    where ``config`` differs from the namelist text a restart stores; a
+    parameter the text lacks (a file from before it existed) counts as its
+    default."""
+    written: dict[str, Any] = {}
+    for group, bodies in _reads(namelist).items():
+        if group != POLICY_GROUP:
+            for body in _bodies(bodies):
+                written.update(body)
+    changed = []
+    for f in pom2k_fields():
+        if f.name in RUN_CONTROL:
+            continue
+        before = _coerce(f, written[f.name]) if f.name in written else f.default
+        if f.name == "kl2" and before is None:
+            before = int(written.get("kb", config.kb)) - 2
+        now = getattr(config, f.name)
+        if before != now:
+            changed.append(f"{f.name}: {namelist_literal(before)} (restart) -> "
+                           f"{namelist_literal(now)}")
+    return changed
+
+
 def parameters(config: Config) -> dict:
     """The scalars the model routines take, by pom2k name: every parameter,
     the derived time steps and the boundary factors (ramp=1 until a step sets it)."""

@@ -25,10 +25,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pompy import cores
-from pompy.config import Config, nint
-from pompy.errors import InputError, Interrupted, ModelStop
-from pompy.io import OutputWriter, Restart, estimate_output_bytes, read_restart, write_restart
+from pompy import cores, files
+from pompy.config import Config, nint, state_differences
+from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
+from pompy.io import (OutputWriter, Restart, estimate_output_bytes, incomplete_path, read_restart,
+                      write_restart)
 from pompy.resources import available_bytes, estimate_run_bytes, gigabytes
 
 def print_steps(config: Config, first: int, last: int) -> list[int]:
@@ -160,21 +161,53 @@ def latest_restart(output_dir: Path, core: str) -> Path:
     return found[-1]
 
 
-def prepare_output(output_dir: Path, files: tuple[Path, ...], overwrite: bool) -> None:
-    """The output folder made and writable; InputError if it cannot be, or
-    if it holds any of ``files`` and ``overwrite`` is off."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise InputError(f"output folder {output_dir} is a file; give another --output")
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot make output folder {output_dir}: {err.strerror}") from None
-    if not os.access(output_dir, os.W_OK | os.X_OK):
-        raise InputError(f"output folder {output_dir} is not writable")
-    taken = [f.name for f in files if f.exists()]
+def prepare_output(output_dir: Path, written: tuple[Path, ...], overwrite: bool) -> None:
+    """The output folder made and writable (else EnvironmentFault); InputError
+    if it is a file, or if it holds any of ``written`` and ``overwrite`` is
+    off; EnvironmentFault if one to be replaced is open in another process."""
+    for folder in (output_dir, *output_dir.parents):
+        if folder.exists() and not folder.is_dir():
+            where = "" if folder == output_dir else f" ({folder} is a file)"
+            raise InputError(f"output folder {output_dir}{where if where else ' is a file'}; "
+                             "give another --output")
+    files.check_writable_folder(output_dir)
+    taken = [f for f in written if f.exists()]
     if taken and not overwrite:
-        raise InputError(f"{output_dir} already holds {', '.join(taken)} (from an earlier run); "
-                         "give --overwrite to replace them, or another --output")
+        raise InputError(f"{output_dir} already holds {', '.join(f.name for f in taken)} (from "
+                         "an earlier run); give --overwrite to replace them, or another --output")
+    for f in taken:
+        files.check_unlocked(f)
+
+
+def check_continuation(saved: Restart, path: Path, config: Config, core: str, dtype: str,
+                       force: bool) -> str | None:
+    """InputError if the restart at ``path`` was made by another core, in
+    another precision or with other state parameters (pompy.config.
+    RUN_CONTROL aside) than this run's, unless ``force``; then the
+    differences, for the output's history (None when there are none)."""
+    written = saved.written
+    changed = [f"{what}: {written[what]} (restart) -> {now}"
+               for what, now in (("core", core), ("dtype", dtype))
+               if what in written and written[what] != now]
+    if "namelist" in written:
+        changed += state_differences(config, written["namelist"])
+    if not changed:
+        return None
+    if not force:
+        raise InputError(f"restart {path} was made with other settings than this run's: "
+                         f"{'; '.join(changed)}; continue with the restart's (its namelist is "
+                         "in its `namelist` attribute), or give --force")
+    return f"continued from {path} with --force despite: {'; '.join(changed)}"
+
+
+def continued_end(saved: Restart, config: Config) -> int:
+    """The last step of a run continued from ``saved``: the end, in model
+    time, that the run which wrote it was heading for (the same step unless
+    --force changed dti); a restart of a finished run goes on for the
+    config's ``days`` more."""
+    end_days = float(saved.written.get("run_end_days", saved.time_days))
+    steps = nint((end_days - saved.time_days) * 86400 / config.dti)
+    return saved.iint + (steps if steps > 0 else config.iend)
 
 
 def check_memory(config: Config, core: str, dtype: str, force: bool, members: int = 1) -> int:
@@ -210,15 +243,28 @@ def signals_caught() -> Iterator[list[int]]:
             signal.signal(s, handler)
 
 
+def clock(seconds: float) -> str:
+    """h:mm:ss."""
+    seconds = round(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 class Progress:
-    """Steps done, model day and vamax: a bar on a terminal, else a plain
-    line every 5 % (logs get lines, not thousands of carriage returns)."""
+    """Steps done, model day and vamax: a bar on a terminal, else (a log, a
+    pipe) one plain line at each 5 % of the steps, with the time elapsed and
+    the time left at the rate so far (logs get lines, not thousands of
+    carriage returns). A terminal that reports no size gets a bar of 80
+    columns."""
+
+    MARKS = 20                      # lines in a log: one every 100/MARKS %
 
     def __init__(self, total: int, desc: str, enabled: bool, stream=None):
         self.stream = stream or sys.stderr
-        self.total, self.desc, self.done, self.next_line = total, desc, 0, 0.05
+        self.total, self.desc, self.done = total, desc, 0
+        self.start = _time.perf_counter()
         tty = enabled and self.stream.isatty()
-        self.bar = tqdm(total=total, unit="step", desc=desc, file=self.stream) if tty else None
+        self.bar = tqdm(total=total, unit="step", desc=desc, file=self.stream,
+                        ncols=None if _has_size(self.stream) else 80) if tty else None
         self.plain = enabled and not tty
 
     def update(self, iint: int, days: float, vamax: float) -> None:
@@ -226,47 +272,73 @@ class Progress:
         if self.bar is not None:
             self.bar.set_postfix(iint=iint, days=f"{days:.4f}", vamax=f"{vamax:.3g}")
             self.bar.update(1)
-        elif self.plain and (self.done >= self.next_line * self.total or self.done == self.total):
-            percent = 100 * self.done // self.total
-            print(f"{self.desc}: step {iint} ({percent}%), day {days:.4f}, vamax {vamax:.3g}",
+            return
+        mark = self.MARKS * self.done // self.total        # integers: no mark skipped
+        if self.plain and mark > self.MARKS * (self.done - 1) // self.total:
+            elapsed = _time.perf_counter() - self.start
+            left = elapsed / self.done * (self.total - self.done)
+            print(f"{self.desc}: step {iint} ({100 * mark // self.MARKS}%), day {days:.4f}, "
+                  f"vamax {vamax:.3g}, elapsed {clock(elapsed)}, ETA {clock(left)}",
                   file=self.stream, flush=True)
-            self.next_line = (percent // 5 + 1) * 0.05
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
 
 
+def _has_size(stream) -> bool:
+    """Whether the terminal of ``stream`` reports its width (a pty made by
+    a program may report 0 columns, where tqdm would draw nothing)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns > 0
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps: int | None = None,
              restart: Path | Restart | None = None, device: str = "cpu", dtype: str = "float64",
              progress: bool = True, check_cfl: bool = False, overwrite: bool = False,
              force: bool = False, fortran_math: bool = False, oracle: bool = False,
-             check_every: int = 1, compile: bool = False):
+             check_every: int = 1, compile: bool = False, days: float | None = None):
     """Run a case: ``<core>_output.nc`` at the record steps and
     ``<core>_restart.nc`` every ``restart_every`` days and at the end (a run
     continued from a restart at step N writes ``..._from_<N>.nc`` files:
-    see output_files). On a blow-up or
-    a signal the restart holds the last good step and the raised ModelStop
-    or Interrupted names it. ``compile``: whole-step graphs (torch.compile).
-    Returns the model."""
+    see output_files). ``steps`` or ``days`` long, else the config's days;
+    a run continued from a restart file goes on to the end its first run
+    was heading for (continued_end), and is refused if the restart was made
+    with another core, dtype or state parameter unless ``force``
+    (check_continuation). On a blow-up or a signal the restart holds the
+    last good step and the raised ModelStop or Interrupted names it; a
+    failed write raises EnvironmentFault at once (the output so far kept
+    under its ``.incomplete.nc`` name). ``compile``: whole-step graphs
+    (torch.compile). Returns the model."""
     if oracle and core in (cores.ORACLE, cores.DEFAULT):
         raise InputError(f"--oracle goes with --core {' or '.join(cores.NAMES[1:])} (its Fortran "
                          f"twin); the {cores.DEFAULT} core's Fortran driver is --core oracle")
     check_device(cores.ORACLE if oracle else core, device, dtype, fortran_math)
     if compile:
         check_compile(cores.ORACLE if oracle else core, fortran_math)
+    name = cores.get(core).twin_name if oracle else core          # the files' prefix
     # a Restart object is the caller's own state (not validated as a file is)
     saved = restart if restart is None or isinstance(restart, Restart) else read_restart(restart, config)
+    history = None
+    if isinstance(restart, (str, Path)):
+        history = check_continuation(saved, Path(restart), config, name, dtype, force)
     first = saved.iint + 1 if saved is not None else 1
-    last = first - 1 + (steps if steps is not None else config.iend)
+    if steps is None and days is not None:
+        steps = max(nint(days * 86400 / config.dti), 1)
+    if steps is not None:
+        last = first - 1 + steps
+    else:
+        last = continued_end(saved, config) if isinstance(restart, (str, Path)) else \
+            first - 1 + config.iend
     output_dir = Path(output_dir)
-    name = cores.get(core).twin_name if oracle else core          # the files' prefix
     out_path, restart_path = output_files(output_dir, name, first)
     if isinstance(restart, (str, Path)) and Path(restart).resolve() in (out_path.resolve(),
                                                                        restart_path.resolve()):
         raise InputError(f"the restart to continue from, {restart}, is a file this run would "
                          "write (it continues from its own step); give another --output")
-    prepare_output(output_dir, (out_path, restart_path), overwrite)
+    prepare_output(output_dir, (out_path, restart_path, incomplete_path(out_path)), overwrite)
     check_memory(config, name, dtype, force)
     records = record_steps(config, first, last)
     size = estimate_output_bytes(config, len(records))
@@ -275,17 +347,28 @@ def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps:
               "--output-every DAYS writes fewer", file=sys.stderr)
     if progress and compile:
         print(f"pompy: {COMPILING}", file=sys.stderr)
+    if progress and isinstance(restart, (str, Path)):
+        print(f"pompy: continuing from iint={saved.iint} (day {saved.time_days:.4f}) to "
+              f"iint={last}" + ("" if steps is not None else
+                                " (where the run that wrote the restart was to end)"
+                                if last - saved.iint != config.iend else
+                                " (the config's days more)"), file=sys.stderr)
+    if history is not None:
+        print(f"pompy: {history}", file=sys.stderr)
     with _elementary_functions(fortran_math):
         model = make_model(config, core, device, dtype, saved, check_cfl, oracle, check_every,
                            compile)
         return _time_loop(model, config, name, first, last, records, out_path, restart_path,
-                          progress, fortran_math)
+                          progress, fortran_math, "float64" if cores.is_twin(name) else dtype,
+                          history)
 
 
-def _closing(writer: OutputWriter, error: BaseException) -> BaseException:
-    """``error``, the run's own, after closing ``writer``; a failed output
-    record (its error not raised yet) noted on it, never in its place."""
-    record_error = writer.abandon()
+def _closing(writer: OutputWriter, error: BaseException, status: str | None = None
+             ) -> BaseException:
+    """``error``, the run's own, after closing ``writer`` (put in place with
+    ``status``, a clean stop; else left under its incomplete name); a failed
+    output record (its error not raised yet) noted on it, never in its place."""
+    record_error = writer.abandon(status)
     if record_error is not None:
         error.add_note(f"pompy: an output record failed too: {record_error}")
     return error
@@ -299,21 +382,42 @@ def _elementary_functions(fortran_math: bool):
     return pom2k_functions()
 
 
+def _kept(writer: OutputWriter, restart: Path | None, iint: int | None) -> str:
+    """What a run that failed to write kept, for its message."""
+    records = ("no record" if writer.last_iint is None
+               else f"the records up to iint={writer.last_iint}")
+    where = f"{records} are readable in {writer.part} (status: incomplete)"
+    if restart is not None:
+        return f"{where}; the restart of iint={iint} is in {restart}"
+    return f"{where}; no restart could be written (an earlier one, if any, is as it was)"
+
+
 def _time_loop(model, config: Config, core: str, first: int, last: int, records: list[int],
-               out_path: Path, restart_path: Path, progress: bool, fortran_math: bool):
+               out_path: Path, restart_path: Path, progress: bool, fortran_math: bool,
+               dtype: str = "float64", history: str | None = None):
     days = lambda iint: config.dti * iint / 86400 + model.time0  # noqa: E731
     restarts = set(every(config, config.restart_every, first, last)) if config.restart_every > 0 \
         else set()
 
-    attributes = {"core": core, "elementary_functions": (
+    attributes = {"core": core, "dtype": dtype, "elementary_functions": (
         "pom2k's (gfortran) via pompy.compat.fortran_math: bit for bit with Fortran"
         if fortran_math else "gfortran's (the oracle)" if cores.is_twin(core) else "torch's"),
         "torch_compile": COMPILED if getattr(model, "graphs", None) is not None else "none"}
+    if history is not None:
+        from pompy.io import _history
+
+        attributes["history"] = f"{_history()}\n{history}"
 
     def save(state: dict, iint: int) -> Path:
         writer.drain()          # HDF5 is not thread-safe: the output record first
         return write_restart(restart_path, config, state, iint, days(iint), model.time0,
-                             attributes=attributes)
+                             attributes=attributes | {"run_end_days": days(last)})
+
+    def try_save(state: dict, iint: int) -> Path | None:
+        try:
+            return save(state, iint)
+        except EnvironmentFault:
+            return None
 
     from pompy.core.model import forward_only
 
@@ -328,6 +432,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
 
         def on_step(iint: int, vamax: float) -> None:
             bar.update(iint, days(iint), vamax)
+            writer.failed()                 # a record that failed stops the run now
             if caught:
                 raise Interrupted(caught[0])
         try:
@@ -340,19 +445,28 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
                 if caught:
                     raise Interrupted(caught[0])
         except ModelStop as exc:
-            path = save(exc.last_good, exc.iint - 1)
-            raise _closing(writer, exc.with_restart(path)) from None
+            path = try_save(exc.last_good, exc.iint - 1)
+            raise _closing(writer, exc.with_restart(path),
+                           f"stopped: the model blew up at iint={exc.iint}") from None
         except Interrupted as exc:
-            exc.iint, exc.restart = model.iint, save(model.numpy_state(), model.iint)
-            raise _closing(writer, exc)
+            exc.iint, exc.restart = model.iint, try_save(model.numpy_state(), model.iint)
+            raise _closing(writer, exc, f"stopped by a signal after iint={model.iint}")
+        except EnvironmentFault as exc:
+            writer.abandon()
+            path = try_save(model.numpy_state(), model.iint)
+            raise EnvironmentFault(f"{exc}; {_kept(writer, path, model.iint)}") from None
         except BaseException as exc:
             raise _closing(writer, exc)
         finally:
             bar.close()
         try:
             writer.close()              # the last record; a record's error raised here
-        finally:
-            save(model.numpy_state(), last)       # a signal now finds the run complete
+        except BaseException as exc:
+            path = try_save(model.numpy_state(), last)
+            if isinstance(exc, EnvironmentFault):
+                raise EnvironmentFault(f"{exc}; {_kept(writer, path, last)}") from None
+            raise
+        save(model.numpy_state(), last)       # a signal now finds the run complete
     if progress:
         print(f"{last - first + 1} internal steps in {_time.perf_counter() - start:.2f} s; "
               f"output in {out_path}, restart in {restart_path}")

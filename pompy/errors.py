@@ -4,7 +4,8 @@ ModelStop and its two kinds are raised by the time loop of either core
 (torch or oracle) and carry the step, the field and the place, and
 (after the driver writes it) the restart file of the last good step.
 InputError is any bad input a user gave (ConfigError: a bad parameter),
-raised before anything runs.
+raised before anything runs. EnvironmentFault is the machine's part: a
+full disk, a file another process holds, a folder that cannot be written.
 """
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ class InputError(ValueError):
 
 class ConfigError(InputError):
     """A config parameter that is unknown, of the wrong type or out of range."""
+
+
+class EnvironmentFault(Exception):
+    """The machine, not the input nor pompy: no space left, a file locked by
+    another process, a folder that is not writable, POMPY_HOME that is not a
+    folder, a build tool missing. The command line prints ``pompy:
+    <message>`` and exits 4; the message names the file and the cause, and
+    what was written before the fault is kept."""
 
 
 class ModelStop(RuntimeError):

@@ -31,6 +31,7 @@ import netCDF4
 import numpy as np
 
 from pompy import __version__
+from pompy import files
 from pompy.config import Config
 from pompy.errors import InputError
 from pompy.variables import VARIABLES, names, shape
@@ -141,9 +142,28 @@ def _axes(ds, state: dict, compress: bool) -> None:
         _define(ds, name, compress=compress)[:] = _to_cf(state[name])
 
 
+def incomplete_path(path: Path) -> Path:
+    """Where an output file is written until it is complete
+    (``<name>.incomplete.nc``): a file it replaces stays whole until then."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.incomplete{path.suffix}")
+
+
+INCOMPLETE = "incomplete: the run writing it has not finished, or failed"
+
+
 class OutputWriter:
     """Writes the output fields of the variable table at each call of write();
     ``attributes``: more global attributes (name: str or number).
+
+    The file is written aside (:func:`incomplete_path`, its ``status``
+    attribute "incomplete ...") and renamed to ``path`` by close(), which
+    sets ``status`` to "complete" (or what finish() was given): a run that
+    fails leaves the records written so far readable under the
+    ``.incomplete.nc`` name, and never a half file in place of an earlier one.
+    Each record is checked for room on the disk before it is written, so a
+    full disk stops the writer with the file still whole; a failed write
+    raises :class:`pompy.errors.EnvironmentFault` naming the file and cause.
 
     With ``background``, a record is compressed and written by a thread of
     its own while the caller goes on (netCDF4 lets go of the GIL there):
@@ -155,14 +175,25 @@ class OutputWriter:
     def __init__(self, path: Path, config: Config, state: dict, compress: bool = True,
                  attributes: dict | None = None, background: bool = False):
         self.path = Path(path)
+        self.part = incomplete_path(self.path)
         self._pending: Future | None = None
         self._error: BaseException | None = None
-        self.ds = _create(self.path, config, config.title, attributes)
+        self.record_bytes = _data_bytes(config, 1) - _data_bytes(config, 0)
+        self.last_iint: int | None = None
         try:
+            files.check_room(self.part, HEADER_BYTES + files.FULL_BYTES, "the output's header")
+            self.ds = _create(self.part, config, config.title, attributes)
+        except (OSError, RuntimeError) as err:
+            raise files.fault(self.part, err, "creating the output") from None
+        try:
+            self.ds.status = INCOMPLETE
             self._define_all(state, compress)
-        except BaseException:              # no half-defined file left behind
-            self.ds.close()
-            self.path.unlink(missing_ok=True)
+        except BaseException as err:       # no half-defined file left behind
+            with suppress(OSError, RuntimeError):
+                self.ds.close()
+            self.part.unlink(missing_ok=True)
+            if isinstance(err, (OSError, RuntimeError)):
+                raise files.fault(self.part, err, "creating the output") from None
             raise
         self._pool = ThreadPoolExecutor(1, "pompy-output") if background else None
 
@@ -189,12 +220,25 @@ class OutputWriter:
         self._pending = self._pool.submit(self._write, fields, iint, time_days)
 
     def _write(self, fields: dict, iint: int, time_days: float) -> None:
-        n = len(self.ds.dimensions["time"])
-        self.ds["time"][n] = time_days
-        self.iint[n] = iint
-        for name, value in fields.items():
-            self.ds[name][n] = _to_cf(value)
-        self.ds.sync()
+        doing = f"writing the record of iint={iint}"
+        files.check_room(self.part, self.record_bytes + files.FULL_BYTES, doing)
+        try:
+            n = len(self.ds.dimensions["time"])
+            self.ds["time"][n] = time_days
+            self.iint[n] = iint
+            for name, value in fields.items():
+                self.ds[name][n] = _to_cf(value)
+            self.ds.sync()
+        except (OSError, RuntimeError) as err:
+            raise files.fault(self.part, err, doing) from None
+        self.last_iint = iint
+
+    def failed(self) -> None:
+        """Raise the error of a record that failed in the background, as
+        soon as it has (a run stops at once, not at its next record)."""
+        if self._pending is not None and self._pending.done():
+            self.drain()
+        self._raise()
 
     def drain(self) -> None:
         """Wait for the record being written; its error is kept for the next
@@ -212,27 +256,38 @@ class OutputWriter:
         if error is not None:
             raise error
 
-    def close(self) -> None:
-        """Write the last record and close the file (again: nothing); raises
-        a record's error not raised before."""
-        try:
-            self._close()
-        finally:
-            self._raise()
+    def close(self, status: str = "complete") -> None:
+        """Write the last record, set ``status``, close the file and put it
+        in place (again: nothing); raises a record's error not raised
+        before, leaving the file under its ``.incomplete.nc`` name."""
+        error = self.abandon(status)
+        if error is not None:
+            raise error
 
-    def abandon(self) -> BaseException | None:
+    def abandon(self, status: str | None = None) -> BaseException | None:
         """close() for a caller failing already: a record's error not raised
-        before is returned, not raised."""
-        self._close()
-        return self._take()
-
-    def _close(self) -> None:
+        before is returned, not raised. With ``status`` (a run that stopped
+        cleanly: a blow-up, a signal) the file is put in place as close()
+        does; without, it stays under its ``.incomplete.nc`` name."""
         if not self.ds.isopen():
-            return
+            return self._take()
         self.drain()
         if self._pool is not None:
             self._pool.shutdown()
-        self.ds.close()
+        error = self._take()
+        if error is not None or status is None:
+            with suppress(OSError, RuntimeError):      # a full disk may fail the close too
+                self.ds.close()
+            return error
+        try:
+            self.ds.status = status
+            self.ds.close()
+            self.part.replace(self.path)
+        except (OSError, RuntimeError) as err:
+            with suppress(OSError, RuntimeError):
+                self.ds.close()
+            return files.fault(self.part, err, "closing the output")
+        return None
 
 
 # Compressed size / values' size, measured on the seamount (65 x 49 x 21)
@@ -278,8 +333,11 @@ def write_restart(path: Path, config: Config, state: dict, iint: int, time_days:
     more global attributes."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    ds = _create(tmp, config, f"{config.title}: restart at iint={iint}", attributes)
+    doing = f"writing the restart of iint={iint}"
+    files.check_room(tmp, restart_bytes(config), doing)
+    ds = None
     try:
+        ds = _create(tmp, config, f"{config.title}: restart at iint={iint}", attributes)
         ds.iint = int(iint)
         ds.time_days = float(time_days)
         ds.time0 = float(time0)
@@ -287,10 +345,26 @@ def write_restart(path: Path, config: Config, state: dict, iint: int, time_days:
         for name in names("restart"):
             if name not in ds.variables:                 # east_e, ... are in already
                 _define(ds, name, compress=compress)[:] = _to_cf(state[name])
-    finally:
         ds.close()
-    tmp.replace(path)  # a crash mid-write never leaves a half restart file
+        tmp.replace(path)  # a crash mid-write never leaves a half restart file
+    except BaseException as err:          # the previous restart stays whole, no .tmp left
+        if ds is not None:
+            with suppress(OSError, RuntimeError):
+                ds.close()
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, (OSError, RuntimeError)):
+            raise files.fault(path, err, doing) from None
+        raise
     return path
+
+
+def restart_bytes(config: Config) -> int:
+    """An upper bound of a restart file's size: its values uncompressed and
+    4 kB of HDF5 metadata a variable (an 8x7x5 restart takes 374 kB)."""
+    im, jm, kb = config.im, config.jm, config.kb
+    restart = names("restart")
+    values = sum(8 * int(np.prod(shape(n, im, jm, kb), dtype=np.int64)) for n in restart)
+    return values + 4096 * len(restart) + files.FULL_BYTES
 
 
 class Restart(NamedTuple):
@@ -298,6 +372,13 @@ class Restart(NamedTuple):
     iint: int            # the step the state is at
     time_days: float     # its model time
     time0: float         # the model time of iint 0
+    written: dict = {}   # how it was made: RESTART_ATTRIBUTES the file holds
+
+
+# The global attributes of a restart that say how it was made (pompy.driver
+# checks a continued run against them): the core, its precision, the
+# namelist and the model day the run that wrote it was to end at.
+RESTART_ATTRIBUTES = ("core", "dtype", "namelist", "run_end_days")
 
 
 @contextmanager
@@ -344,8 +425,10 @@ def read_restart(path: Path, config: Config | None = None) -> Restart:
         state = {name: _restart_array(ds, name, grid, where) for name in names("restart")}
         time0 = float(getattr(ds, "time0", 0.0))
         iint, time_days = int(ds.iint), float(ds.time_days)
+        written = {name: ds.getncattr(name) for name in RESTART_ATTRIBUTES
+                   if name in ds.ncattrs()}
     _check_depth(state, where)
-    return Restart(state, iint, time_days, time0)
+    return Restart(state, iint, time_days, time0, written)
 
 
 def _restart_grid(ds, where: str, config: Config | None) -> tuple[int, int, int]:

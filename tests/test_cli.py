@@ -46,7 +46,7 @@ def test_run_passes_config_output_steps_core_device_dtype(monkeypatch, tmp_path)
     (config, output, kw), = calls
     assert (config.im, output) == (65, tmp_path)
     flags = dict(overwrite=False, force=False, fortran_math=False, oracle=False, check_every=1,
-                 compile=False)
+                 compile=False, days=None)
     assert kw == dict(core="oracle", steps=3, restart=None, device="cpu", dtype="float64",
                       check_cfl=True, **flags)
     cli.main(["run", SEAMOUNT, "--dtype", "float32", "--overwrite", "--restart-every", "0.5"])

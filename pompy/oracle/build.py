@@ -66,6 +66,12 @@ class OracleBuildError(RuntimeError):
     """The oracle could not be built; the message says why."""
 
 
+class BuildEnvironmentError(OracleBuildError):
+    """The machine's part (POMPY_HOME not a folder, meson missing): the
+    command line says it in one line and exits 4, as for
+    pompy.errors.EnvironmentFault (this module imports nothing of pompy's)."""
+
+
 def sources() -> list[Path]:
     files = sorted(SOURCE_DIR.glob("*.f90"))
     if not files:
@@ -85,8 +91,26 @@ def source_hash() -> str:
 
 
 def pompy_home() -> Path:
-    """$POMPY_HOME, default ~/.cache/pompy (read at each call)."""
-    return Path(os.environ.get("POMPY_HOME") or DEFAULT_HOME).expanduser().absolute()
+    """$POMPY_HOME, default ~/.cache/pompy (read at each call);
+    EnvironmentFault if it is there and not a folder."""
+    home = Path(os.environ.get("POMPY_HOME") or DEFAULT_HOME).expanduser().absolute()
+    if home.exists() and not home.is_dir():
+        raise BuildEnvironmentError(f"POMPY_HOME {home} is not a folder (pompy keeps the oracle's "
+                               "build and the certificates there); remove it, or set POMPY_HOME "
+                               "to a folder")
+    return home
+
+
+def build_env(compiler: str) -> dict:
+    """The build's environment: the running Python's own bin folder first
+    on PATH, where pip put meson and ninja (a venv's python called by its
+    path, without the venv activated, has them there only);
+    EnvironmentFault if meson is nowhere."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    if shutil.which("meson", path=path) is None:
+        raise BuildEnvironmentError("meson is not installed (numpy.f2py builds the oracle with it): "
+                               f"{sys.executable} -m pip install meson ninja")
+    return dict(os.environ, FFLAGS=" ".join(FFLAGS), FC=compiler, PATH=path)
 
 
 def cache_dir() -> Path:
@@ -168,7 +192,7 @@ def build(verbose: bool = False, force: bool = False) -> Path:
             f"cannot write the oracle build cache {cache} ({exc}); "
             "set POMPY_HOME to a writable folder") from exc
     work.chmod(0o755)
-    env = dict(os.environ, FFLAGS=" ".join(FFLAGS), FC=compiler)
+    env = build_env(compiler)
     cmd = [sys.executable, "-m", "numpy.f2py", "-c", "--backend", "meson",
            "-m", MODULE, "--build-dir", str(work / "meson"),
            *[str(f.absolute()) for f in sources()]]

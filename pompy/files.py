@@ -1,0 +1,106 @@
+"""The file system's faults in words: why a write failed (no space left, a
+read-only or unwritable folder, a file another process holds), checked
+before writing where that can be known (free space, HDF5's lock), and
+said as one :class:`pompy.errors.EnvironmentFault` naming the file.
+
+netCDF4 reports most of these as ``RuntimeError: NetCDF: HDF error``,
+so the cause is found by looking at the folder, not at the message.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+from pompy.errors import EnvironmentFault
+
+# Below this many free bytes a failed write is put down to a full disk:
+# HDF5 needs a few pages for the metadata of any record.
+FULL_BYTES = 1 << 20
+
+_CAUSES = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+           errno.EROFS: "the file system is read-only", errno.EACCES: "not writable (permission denied)",
+           errno.EPERM: "not writable (operation not permitted)",
+           errno.EAGAIN: "locked by another process", errno.EFBIG: "the file is too large"}
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes free to this user on the file system of ``path`` (its nearest
+    existing folder), or None where that cannot be told."""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.3g} MB"
+
+
+def cause(path: Path, err: BaseException) -> str:
+    """Why writing ``path`` failed: from the error's errno, else from the
+    folder (full, not writable), else the library's own words."""
+    code = getattr(err, "errno", None)
+    if code in _CAUSES:
+        return _CAUSES[code]
+    free = free_bytes(path)
+    if free is not None and free < FULL_BYTES:
+        return f"no space left on the device ({megabytes(free)} free)"
+    folder = Path(path).parent
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"its folder {folder} is not writable"
+    text = getattr(err, "strerror", None) or str(err)
+    return " ".join(text.split()) or type(err).__name__
+
+
+def fault(path: Path, err: BaseException, doing: str) -> EnvironmentFault:
+    """One line: ``<path>: <cause> (<doing>)``."""
+    return EnvironmentFault(f"{path}: {cause(path, err)} ({doing})")
+
+
+def check_room(path: Path, need: int, doing: str) -> None:
+    """EnvironmentFault before writing ``need`` bytes to ``path`` where its
+    file system has less free (a write stopped before it starts leaves the
+    file as it was, readable)."""
+    free = free_bytes(path)
+    if free is not None and free < need:
+        raise EnvironmentFault(f"{path}: no space left on the device ({megabytes(free)} free, "
+                               f"{doing} needs about {megabytes(need)})")
+
+
+def check_unlocked(path: Path) -> None:
+    """EnvironmentFault if another process holds ``path`` open through HDF5
+    (netCDF4, xarray, ncview take its lock): replacing it under them is
+    refused rather than done behind their back."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise fault(path, err, "opening it to replace it") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise EnvironmentFault(f"{path}: locked by another process (a NetCDF/HDF5 reader has it "
+                               "open); close it there, or give another --output") from None
+    except OSError:
+        pass                     # a file system without flock: nothing to tell
+    finally:
+        os.close(fd)
+
+
+def check_writable_folder(folder: Path, what: str = "output folder") -> None:
+    """EnvironmentFault unless ``folder`` can be made and written in."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise fault(folder, err, f"making the {what}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
+        raise EnvironmentFault(f"{what} {folder} is not writable"
+                               + (" (a read-only file system)" if read_only else ""))
