@@ -253,8 +253,8 @@ class Progress:
     """Steps done, model day and vamax: a bar on a terminal, else (a log, a
     pipe) one plain line at each 5 % of the steps, with the time elapsed and
     the time left at the rate so far (logs get lines, not thousands of
-    carriage returns). A terminal that reports no size gets a bar of 80
-    columns."""
+    carriage returns). A terminal that reports no size gets a bar as on
+    80 x 24."""
 
     MARKS = 20                      # lines in a log: one every 100/MARKS %
 
@@ -263,8 +263,10 @@ class Progress:
         self.total, self.desc, self.done = total, desc, 0
         self.start = _time.perf_counter()
         tty = enabled and self.stream.isatty()
+        # tqdm draws nothing on a terminal of 0 lines (its bar "below the screen")
+        size = {} if _has_size(self.stream) else {"ncols": 80, "nrows": 24}
         self.bar = tqdm(total=total, unit="step", desc=desc, file=self.stream,
-                        ncols=None if _has_size(self.stream) else 80) if tty else None
+                        **size) if tty else None
         self.plain = enabled and not tty
 
     def update(self, iint: int, days: float, vamax: float) -> None:
@@ -287,10 +289,11 @@ class Progress:
 
 
 def _has_size(stream) -> bool:
-    """Whether the terminal of ``stream`` reports its width (a pty made by
-    a program may report 0 columns, where tqdm would draw nothing)."""
+    """Whether the terminal of ``stream`` reports its size (a pty made by a
+    program may report 0 x 0)."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns > 0
+        size = os.get_terminal_size(stream.fileno())
+        return size.columns > 0 and size.lines > 0
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -426,7 +429,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
     with signals_caught() as caught, forward_only(model):   # from here on a signal loses no completed step
         # records compressed and written while the run goes on
         writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes,
-                              background=True)
+                              background=True, series=getattr(model, "series", {}))
         bar = Progress(last - first + 1, f"{core} {config.title}", progress)
         start = _time.perf_counter()
 
@@ -439,7 +442,8 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
             for stop in sorted(set(records) | restarts):
                 model.advance(stop, on_step)
                 if stop in records:
-                    writer.write(model.numpy_state(), stop, days(stop))
+                    writer.write(model.numpy_state(), stop, days(stop),
+                                 {n: float(v) for n, v in getattr(model, "series", {}).items()})
                 if stop in restarts:
                     save(model.numpy_state(), stop)
                 if caught:

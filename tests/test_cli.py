@@ -137,3 +137,43 @@ def test_compile_is_refused_where_it_cannot_serve(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith(f"pompy: {told}") and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
+
+
+def verify_args(monkeypatch, argv: list[str]):
+    """The namespace `pompy verify` hands its suites for ``argv``."""
+    import pompy.verify
+
+    seen = []
+    monkeypatch.setattr(pompy.verify, "run_command", lambda args: seen.append(args) or 0)
+    assert cli.main(["verify", *argv]) == 0
+    return seen[0]
+
+
+def test_verify_takes_its_config_as_the_other_subcommands_do(monkeypatch, capsys):
+    """`pompy verify CONFIG` as run, generate and report take it; --config,
+    the older spelling, still works; two different ones, or none, are one
+    line each."""
+    assert verify_args(monkeypatch, [SEAMOUNT, "--core", "implicit"]).config == Path(SEAMOUNT)
+    assert verify_args(monkeypatch, ["--config", SEAMOUNT]).config == Path(SEAMOUNT)
+    assert verify_args(monkeypatch, [SEAMOUNT, "--config", SEAMOUNT]).config == Path(SEAMOUNT)
+    assert cli.main(["verify", SEAMOUNT, "--config", "other.nml"]) == 2
+    assert capsys.readouterr().err == (f"pompy: pompy verify: two configs, {SEAMOUNT} and --config "
+                                       "other.nml; give one\n")
+    assert cli.main(["verify"]) == 2
+    assert capsys.readouterr().err == ("pompy: pompy verify: give the config to verify on: pompy "
+                                       "verify CONFIG.nml\n")
+
+
+@pytest.mark.parametrize("flag, value, why", [
+    ("--seed", "-1", "is not a seed: an integer 0 .. 2**32-1"),
+    ("--seed", "4294967296", "is not a seed: an integer 0 .. 2**32-1"),
+    ("--seed", "x", "is not a seed: an integer 0 .. 2**32-1"),
+    ("--samples", "0", "is not a positive integer"),
+    ("--steps", "-3", "is not a positive integer")])
+def test_verify_checks_every_number_it_takes(capsys, flag, value, why):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["verify", SEAMOUNT, flag, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"pompy verify: error: argument {flag}: '{value}' {why}\n" in err and \
+        "Traceback" not in err, err

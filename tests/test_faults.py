@@ -295,6 +295,58 @@ def test_progress_in_a_log_is_a_few_plain_lines(tmp_path):
     assert lines[0].startswith("explicit Run 1: step 5 (5%), day ")
 
 
+@pytest.mark.parametrize("steps", [40, 30, 7])
+def test_a_log_gets_one_line_at_each_5_percent_with_elapsed_time_and_eta(tmp_path, steps):
+    """Every 5 % mark once, at the first step at or past it (40 steps: 2,
+    4, ..., 40; fewer than 20 steps: one line a step, at its highest mark),
+    each with the time elapsed and the time left as h:mm:ss."""
+    nml = tiny_config(tmp_path / "tiny.nml")
+    run = pompy("run", nml, "--steps", steps, "--output", tmp_path / "o", cwd=tmp_path)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err
+    pattern = (r"explicit Run 1: step (\d+) \((\d+)%\), day \d\.\d{4}, vamax \S+, "
+               r"elapsed \d+:\d\d:\d\d, ETA \d+:\d\d:\d\d")
+    found = [re.fullmatch(pattern, line) for line in err.splitlines()]
+    assert all(found), err
+    marks = [(int(m.group(1)), int(m.group(2))) for m in found]
+    want = {}
+    for n in range(1, 21):                       # mark 5n % reached at step ceil(n * steps / 20)
+        want[-(-n * steps // 20)] = 5 * n
+    assert marks == sorted(want.items()), err
+
+
+def test_a_terminal_without_a_size_shows_the_bar(tmp_path):
+    """A pty that reports 0 x 0 (made by a program, a container's console):
+    tqdm would draw no bar there; the run shows one as on 80 x 24."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    nml = tiny_config(tmp_path / "tiny.nml")
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = subprocess.Popen([sys.executable, "-m", "pompy", "run", str(nml), "--steps", "30",
+                            "--output", str(tmp_path / "o")], stdin=follower, stdout=follower,
+                           stderr=follower, env=env, cwd=tmp_path)
+    os.close(follower)
+    seen = b""
+    while select.select([leader], [], [], 120)[0]:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:                  # the run closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert run.wait(timeout=60) == 0
+    text = seen.decode(errors="replace")
+    assert "explicit Run 1: 100%" in text and "30/30" in text, text
+
+
 def test_output_every_sets_the_records(tmp_path):
     nml = str(tiny_config(tmp_path / "tiny.nml"))
     every = 4 * 18 / 86400

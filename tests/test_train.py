@@ -583,7 +583,7 @@ def test_the_command_refuses_without_a_certificate_and_after_an_edit(made, verif
     assert train.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pompy: no verification certificate for the implicit core on cpu in "
-                          "float64") and "pompy verify --config" in err and "\n" not in err
+                          "float64") and "pompy verify " in err and "\n" not in err
     assert not (tmp_path / "out").exists()
     # certified, then a core source edited (here: one more physics source)
     certified(verified, tmp_path, monkeypatch, "implicit")

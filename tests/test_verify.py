@@ -125,7 +125,7 @@ def test_the_trainer_finds_the_certificate(home):
     assert [c["name"] for c in body["checks"]] == certificates.check_names("explicit")
     with pytest.raises(InputError, match=r"no verification certificate for the explicit core on "
                                          r"cpu in float32 on the 8x7x5 grid \(dtype: float64 "
-                                         r"verified, float32 here\); run: pompy verify --config "
+                                         r"verified, float32 here\); run: pompy verify "
                                          r"CONFIG --core explicit --device cpu --dtype float32"):
         certificates.require_certificate("explicit", "cpu", "float32", tiny())
 
@@ -180,7 +180,7 @@ def test_an_edited_core_or_verifier_needs_a_new_certificate(home, tmp_path, monk
                                                  config_name="tiny.nml")
         message = str(refused.value)
         assert f"({why})" in message, message
-        assert message.endswith("run: pompy verify --config tiny.nml --core explicit --device cpu "
+        assert message.endswith("run: pompy verify tiny.nml --core explicit --device cpu "
                                 "--dtype float64")
 
 

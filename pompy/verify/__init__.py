@@ -29,7 +29,7 @@ passed, and what else was measured (worst field and place, seed,
 gradcheck's verdict, forward-mode error, guards fired), and the run's
 settings and times.
 
-Run: ``pompy verify --config CONFIG [--core NAME] [--device cpu|cuda]
+Run: ``pompy verify CONFIG [--core NAME] [--device cpu|cuda]
 [--dtype float64|float32] [--samples N] [--steps N] [--seed S]``; exit 0
 all passed, 1 a check failed (the certificate says passed=false), 2 bad
 input.

@@ -87,7 +87,7 @@ def write_certificate(key: dict[str, str], checks: list[dict[str, Any]],
 
 
 def verify_command(core: str, device: str, dtype: str, config: str = "CONFIG") -> str:
-    return f"pompy verify --config {config} --core {core} --device {device} --dtype {dtype}"
+    return f"pompy verify {config} --core {core} --device {device} --dtype {dtype}"
 
 
 def require_certificate(core: str, device: str | torch.device, dtype: str, config: Config,
