@@ -198,3 +198,15 @@ def test_the_command_line_gives_build_faults_exit_4(monkeypatch, capsys):
     monkeypatch.setattr(build, "pompy_home", missing)
     assert cli.main(["setup"]) == 4
     assert capsys.readouterr().err.splitlines()[-1] == "pompy setup: meson is not installed"
+
+
+def test_verify_says_a_pompy_home_it_cannot_use_before_it_starts(tmp_path, capsys, monkeypatch):
+    """The certificate's folder is checked before minutes of checks."""
+    home = tmp_path / "home"
+    home.write_text("not a folder")
+    monkeypatch.setenv("POMPY_HOME", str(home))
+    nml = str(tiny_config(tmp_path / "tiny.nml"))
+    assert cli.main(["verify", nml]) == 4
+    err = capsys.readouterr().err
+    assert err == (f"pompy: POMPY_HOME {home} is not a folder (pompy keeps the oracle's build "
+                   "and the certificates there); remove it, or set POMPY_HOME to a folder\n")

@@ -120,6 +120,11 @@ def run_command(args) -> int:
 
     config = load_config(args.config, args.set)
     check_input(config, args.core, args.device, args.dtype, args.samples, args.steps)
+    from pompy import files
+    from pompy.verify.certificate import certificate_dir
+
+    # where the certificate goes, checked before minutes of checks
+    files.check_writable_folder(certificate_dir(), "certificate folder")
     print(f"pompy verify: {args.config} ({config.im}x{config.jm}x{config.kb}), core {args.core}, "
           f"{args.device}, {args.dtype}, {args.samples} random states per routine, "
           f"{args.steps} steps", flush=True)
