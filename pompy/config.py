@@ -106,6 +106,9 @@ class Config:
     cg_maxiter: int = _param(500, "implicit core: most conjugate-gradient iterations per step "
                                   "(the reference solver always runs this many, converged "
                                   "entries frozen)")
+    preconditioner: str = _param("jacobi", "implicit core: the elevation solver's preconditioner, "
+                                           "'jacobi' (the diagonal) or 'multigrid' (a V-cycle: "
+                                           "iterations that do not grow with the grid)")
     # pompy's run controls (not pom2k's)
     output_every: float = _param(0.0, "days between NetCDF output records (0: pom2k's print "
                                       "interval, prtd1 then prtd2)")
@@ -321,6 +324,7 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
     "theta": (lambda v, c: 0.5 <= v <= 1, "in [0.5, 1] (below 0.5 the scheme is unstable)"),
     "cg_tol": (lambda v, c: 0 < v < 1, "in (0, 1)"),
     "cg_maxiter": (lambda v, c: v >= 1, ">= 1"),
+    "preconditioner": (lambda v, c: v in ("jacobi", "multigrid"), "'jacobi' or 'multigrid'"),
     "output_every": (lambda v, c: v >= 0, ">= 0 (0: pom2k's print interval)"),
     "restart_every": (lambda v, c: v >= 0, ">= 0 (0: a restart at the end only)"),
 }

@@ -34,7 +34,7 @@ from pompy import __version__
 from pompy import files
 from pompy.config import Config
 from pompy.errors import InputError
-from pompy.variables import VARIABLES, names, shape
+from pompy.variables import SERIES, VARIABLES, names, shape
 
 W_LEVELS = frozenset(names("w_level"))
 _DIM = {"i": "x", "j": "y"}
@@ -173,7 +173,8 @@ class OutputWriter:
     work in the process (a restart)."""
 
     def __init__(self, path: Path, config: Config, state: dict, compress: bool = True,
-                 attributes: dict | None = None, background: bool = False):
+                 attributes: dict | None = None, background: bool = False, series=()):
+        self.series = tuple(series)        # a core's per-step values (variables.SERIES)
         self.path = Path(path)
         self.part = incomplete_path(self.path)
         self._pending: Future | None = None
@@ -208,10 +209,15 @@ class OutputWriter:
         self.fields = output_fields()
         for name in self.fields:
             _define(self.ds, name, ("time",), compress, located=True)
+        for name in self.series:
+            v = self.ds.createVariable(name, "f8", ("time",))
+            v.units, v.long_name = SERIES[name].units, SERIES[name].long_name
+        self.fields = [*self.fields, *self.series]
         self.iint = self.ds.createVariable("iint", "i4", ("time",))
         self.iint.long_name = "internal step number"
 
-    def write(self, state: dict, iint: int, time_days: float) -> None:
+    def write(self, state: dict, iint: int, time_days: float, series: dict | None = None) -> None:
+        state = {**state, **(series or {})}
         if self._pool is None:
             return self._write({name: state[name] for name in self.fields}, iint, time_days)
         self.drain()

@@ -180,6 +180,13 @@ WORK = {name: _w(I2) for name in ("elf", "etf", "egf", "uaf", "vaf", "utf", "vtf
 WORK.update({name: _w(I3) for name in ("uf", "vf", "a", "c", "ee", "gg", "dtef", "zflux")})
 ALL = {**VARIABLES, **WORK}
 
+# What a core reports of each step besides its state (pompy.core.model.Core.series),
+# written with each output record where the core has it; not state, so no
+# restart, snapshot or comparison reads it.
+SERIES = {"cg_iterations": _d("T", (), "1", "iterations of the record step's elevation solve "
+                                            "(implicit core; the reference CG of --fortran-math: "
+                                            "its fixed budget, cg_maxiter)", output=True)}
+
 # The fields of pompy's IC file (pompy.icfile, iproblem 3): required, then optional.
 IC_REQUIRED = ("dx", "dy", "h", "cor", "t", "s")
 IC_OPTIONAL = ("tclim", "sclim", "rmean", "u", "v", "ua", "va", "el", "east_e", "north_e",

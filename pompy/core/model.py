@@ -201,6 +201,9 @@ class Core:
         self._loop_mode: str | None = None
         self.last_good: dict | None = None
         self.vamax = 0.0
+        # the part's per-step values kept for the output records (its
+        # ``series``: the implicit solve's iterations), the last step's
+        self.series = dict.fromkeys(getattr(external, "series", ()), math.nan)
         # checkpoint="steps": steps per outer checkpoint of a window (None:
         # about sqrt of the window's steps; 1: every step on its own)
         self.checkpoint_segment: int | None = None
@@ -393,7 +396,7 @@ class Core:
             self.iint, self.time = iint, self._time(iint)
             passed = ok if passed is None else passed & ok
             self._capture()
-        vamax = checks["vamax"]
+        vamax, self.series = checks["vamax"], {n: checks[n] for n in self.series}
         passed, self.vamax = torch.stack([passed.to(vamax.dtype), vamax]).tolist()
         if passed == 1.0:
             return
@@ -468,7 +471,7 @@ class Core:
             s, checks, going = self._lean_step(good, iint, fixed)
         else:
             s, checks, going = self._advance(good, iint, *fixed)
-        self.vamax = checks["vamax"]
+        self.vamax, self.series = checks["vamax"], {n: checks[n] for n in self.series}
         object.__setattr__(self, "state", s)
         self.iint, self.time = iint, time
         if not going:
@@ -515,7 +518,7 @@ class Core:
             for iint in range(first, last + 1):
                 self.step(iint)
             return
-        self.vamax = info[0]["vamax"]
+        self.vamax, self.series = info[0]["vamax"], {n: info[0][n] for n in self.series}
         object.__setattr__(self, "state", {**good, **new})
         self.iint, self.time = last, self._time(last)
 

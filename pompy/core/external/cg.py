@@ -17,15 +17,18 @@ Two solvers, both to the relative residual ``tol`` (|b - A x| <= tol |b|):
   every entry frozen by masks once converged, so nothing is read on the
   host and no Python branch depends on a value (torch.vmap batches it;
   the Fortran twin's cg_solve is its algorithm).
-- :func:`pcg` (accelerated): Jacobi-preconditioned CG that stops when the
+- :func:`pcg` (accelerated): preconditioned CG that stops when the
   residual, read on the host every ``check_every`` iterations, is small
-  enough.
+  enough. Its preconditioner (namelist ``preconditioner``): "jacobi", the
+  diagonal's inverse, or "multigrid", a V-cycle
+  (pompy.core.external.multigrid) whose iterations do not grow with the
+  grid.
 
 Both return the true relative residual |b - A x|/|b| recomputed from x,
 which the core checks against cg_tol (one host read per step, with the
 velocity check). Either is differentiable by implicit differentiation
 (:class:`_Solve`): the backward pass is one more solve with the same
-(symmetric) operator, A lambda = dL/dx, and gives dL/db = lambda,
+(symmetric) operator and preconditioner, A lambda = dL/dx, and gives dL/db = lambda,
 dL/ddiag = -lambda x, dL/dcx(i) = lambda(i) x(i-1) + lambda(i-1) x(i)
 (likewise cy), so its memory does not grow with the iteration count;
 forward mode likewise (x' = A^-1 (b' - A' x)). These solves check their
@@ -33,10 +36,14 @@ residual as the forward one does: one that stops short raises
 NotConverged naming it.
 
 :func:`solve_auto`, the core's: the PCG, under gradients or not, the
-reference CG inside pompy.compat.fortran_math() and torch.func transforms.
+reference CG inside pompy.compat.fortran_math() and torch.func transforms;
+:func:`solve_counted` the same with its iterations (the output's
+cg_iterations).
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import torch
@@ -50,7 +57,14 @@ from pompy.utils.safety import requires_grad
 
 # what gradients through the core's elevation solve go through (solve_auto):
 # a verification certificate's key names it
-GRADIENT_SOLVER = "Jacobi PCG, implicitly differentiated"
+GRADIENT_SOLVER = "PCG, implicitly differentiated"
+
+# the PCG's preconditioners (namelist ``preconditioner``), each with its
+# iterations between host reads of the residual: Jacobi's are cheap (a
+# read every one would cost more than it saves), a V-cycle is not, and
+# it converges in some 15 (one read each stops it at the first that may)
+CHECK_EVERY = {"jacobi": 8, "multigrid": 1}
+PRECONDITIONERS = tuple(CHECK_EVERY)
 
 # the residual's slack over cg_tol (the solves stop on |r|^2 <= tol^2 |b|^2,
 # and |r|/|b| may round a few ulps past tol; the Fortran twin's the same)
@@ -153,14 +167,16 @@ def _face_grads(lam: Tensor, x: Tensor, active: Tensor) -> tuple[Tensor, Tensor,
     return gdiag, gcx, gcy
 
 
-def _solved(a: FivePoint, b: Tensor, tol: float, maxiter: int, accelerated: bool
-            ) -> tuple[Tensor, Tensor]:
-    """(x, true relative residual) by the PCG (``accelerated``) or the
-    reference CG."""
+def _solved(a: FivePoint, b: Tensor, tol: float, maxiter: int, accelerated: bool,
+            preconditioner: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(x, true relative residual, iterations) by the PCG with
+    ``preconditioner`` (``accelerated``) or the reference CG (its fixed
+    budget: maxiter)."""
     if accelerated:
-        x, residual, _ = pcg(a, b, tol, maxiter)
-        return x, residual
-    return _cg(a, b, tol, maxiter)
+        x, residual, done = pcg(a, b, tol, maxiter, preconditioner=preconditioner)
+        return x, residual, torch.full_like(residual, done)
+    x, residual = _cg(a, b, tol, maxiter)
+    return x, residual, torch.full_like(residual, maxiter)
 
 
 def _checked(x: Tensor, residual: Tensor, rhs: Tensor, tol: float, maxiter: int, solve: str
@@ -179,46 +195,52 @@ def _checked(x: Tensor, residual: Tensor, rhs: Tensor, tol: float, maxiter: int,
 
 
 class _Solve(torch.autograd.Function):
-    """x = A^-1 b by a CG (the PCG where ``accelerated``, else the
-    fixed-budget reference), differentiated implicitly: the adjoint and
-    tangent solves are the same CG to the same tol, their residuals
-    checked. With create_graph the adjoint is itself a _Solve, so second
-    derivatives are implicit too."""
+    """(x = A^-1 b, its residual, the iterations) by a CG (the PCG with
+    ``preconditioner`` where ``accelerated``, else the fixed-budget
+    reference), differentiated implicitly: the adjoint and tangent solves
+    are the same CG (preconditioner and all) to the same tol, their
+    residuals checked. With create_graph the adjoint is itself a _Solve, so
+    second derivatives are implicit too."""
 
     generate_vmap_rule = True          # an ensemble's members solve under torch.vmap
 
     @staticmethod
-    def forward(diag, cx, cy, active, b, tol, maxiter, accelerated):
-        return _solved(FivePoint(diag, cx, cy, active), b, tol, maxiter, accelerated)
+    def forward(diag, cx, cy, active, b, tol, maxiter, accelerated, preconditioner):
+        return _solved(FivePoint(diag, cx, cy, active), b, tol, maxiter, accelerated,
+                       preconditioner)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        diag, cx, cy, active, b, tol, maxiter, accelerated = inputs
-        x, _ = output
+        diag, cx, cy, active, b, tol, maxiter, accelerated, preconditioner = inputs
+        x, _, _ = output
         ctx.save_for_backward(diag, cx, cy, active, x)
         ctx.save_for_forward(diag, cx, cy, active, x)
         ctx.tol, ctx.maxiter, ctx.accelerated = tol, maxiter, accelerated
-        ctx.mark_non_differentiable(output[1])
+        ctx.preconditioner = preconditioner
+        ctx.mark_non_differentiable(output[1], output[2])
 
     @staticmethod
     def derivative_solve(ctx, a: FivePoint, rhs: Tensor, solve: str) -> Tensor:
         if torch.is_grad_enabled():                 # create_graph: differentiable again
-            x, residual = _Solve.apply(*a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated)
+            x, residual, _ = _Solve.apply(*a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated,
+                                          ctx.preconditioner)
         else:
-            x, residual = _solved(a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated)
+            x, residual, _ = _solved(a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated,
+                                     ctx.preconditioner)
         return _checked(x, residual, rhs, ctx.tol, ctx.maxiter, solve)
 
     @staticmethod
-    def backward(ctx, grad_x, grad_res):
+    def backward(ctx, grad_x, grad_res, grad_iterations):
         diag, cx, cy, active, x = ctx.saved_tensors
         a = FivePoint(diag, cx, cy, active)
         # A symmetric: A^T = A
         lam = _Solve.derivative_solve(ctx, a, grad_x, "adjoint elevation solve (backward pass)")
         gdiag, gcx, gcy = _face_grads(lam, x, active)
-        return gdiag, gcx, gcy, None, lam, None, None, None
+        return gdiag, gcx, gcy, None, lam, None, None, None, None
 
     @staticmethod
-    def jvp(ctx, diag_t, cx_t, cy_t, active_t, b_t, tol_t, maxiter_t, accelerated_t):
+    def jvp(ctx, diag_t, cx_t, cy_t, active_t, b_t, tol_t, maxiter_t, accelerated_t,
+            preconditioner_t):
         diag, cx, cy, active, x = ctx.saved_tensors
         zero = torch.zeros_like(x)
         tangent_a = FivePoint(zero if diag_t is None else diag_t, zero if cx_t is None else cx_t,
@@ -226,25 +248,41 @@ class _Solve(torch.autograd.Function):
         rhs = (zero if b_t is None else b_t) - torch.where(active, apply(tangent_a, x), zero)
         x_t = _Solve.derivative_solve(ctx, FivePoint(diag, cx, cy, active), rhs,
                                       "tangent elevation solve (forward mode)")
-        return x_t, None
+        return x_t, None, None
 
 
 def solve(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
     """The reference CG: (x, relative residual), differentiable in diag, cx,
     cy and b (module docstring)."""
-    return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, False)
+    x, residual, _ = _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, False, "jacobi")
+    return x, residual
 
 
-def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
-        ) -> tuple[Tensor, Tensor, int]:
-    """Jacobi-preconditioned CG with early exit (no gradients): (x, the true
+def _preconditioner(a: FivePoint, preconditioner: str) -> Callable[[Tensor], Tensor]:
+    """r -> M r, M the preconditioner's approximation of A^-1."""
+    if preconditioner == "multigrid":
+        from pompy.core.external import multigrid  # (it builds on this module)
+
+        return multigrid.Multigrid(a)
+    if preconditioner != "jacobi":
+        raise ValueError(f"preconditioner {preconditioner!r}: one of {PRECONDITIONERS}")
+    inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
+    return lambda r: inverse * r
+
+
+def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int | None = None,
+        preconditioner: str = "jacobi") -> tuple[Tensor, Tensor, int]:
+    """Preconditioned CG with early exit (no gradients): (x, the true
     relative residual, iterations). The recurrence's residual is read on
-    the host every ``check_every`` iterations."""
+    the host every ``check_every`` iterations (default: the
+    preconditioner's, CHECK_EVERY)."""
+    if check_every is None:
+        check_every = CHECK_EVERY[preconditioner]
     with torch.no_grad():
-        inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
+        precondition = _preconditioner(a, preconditioner)
         x = torch.zeros_like(b)
         r = b.clone()
-        z = inverse * r
+        z = precondition(r)
         p = z
         rz = _dot(r, z)
         bb = float(_dot(b, b)) or 1.0
@@ -259,7 +297,7 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int = 8
                 alpha = rz / torch.where(pap != 0, pap, torch.ones_like(pap))
                 x = x + alpha * p
                 r = r - alpha * ap
-                z = inverse * r
+                z = precondition(r)
                 rz_new = _dot(r, z)
                 p = z + (rz_new / torch.where(rz != 0, rz, torch.ones_like(rz))) * p
                 rz = rz_new
@@ -279,8 +317,9 @@ def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
     return any(forward_ad.unpack_dual(t).tangent is not None for t in tensors)
 
 
-def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
-    """The reference CG inside pompy.compat.fortran_math() (bit for bit
+def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int,
+               preconditioner: str = "jacobi") -> tuple[Tensor, Tensor]:
+    """(x, relative residual): the reference CG inside pompy.compat.fortran_math() (bit for bit
     with the Fortran twin, whose cg_solve is the reference's algorithm) and
     under torch.func transforms (vmap cannot batch the PCG's host reads);
     the PCG otherwise, differentiated implicitly whenever a derivative can
@@ -288,12 +327,35 @@ def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tenso
     batches (off) so solve the same way, to the same residual floor; the
     PCG's early exit cuts no gradient, which implicit differentiation takes
     from the solution, not from the iterations (the seed's pitfall 3)."""
+    x, residual, _ = solve_counted(a, b, tol, maxiter, preconditioner)
+    return x, residual
+
+
+def solve_counted(a: FivePoint, b: Tensor, tol: float, maxiter: int,
+                  preconditioner: str = "jacobi") -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`solve_auto` and its iterations (a tensor like the residual):
+    the PCG's to convergence, the reference CG's fixed budget."""
     if compat.in_force() or torch._C._are_functorch_transforms_active():
-        return solve(a, b, tol, maxiter)
+        x, residual, iterations = _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter,
+                                               False, "jacobi")
+        return x, residual, iterations
     if _differentiated((a.diag, a.cx, a.cy, b)):
-        return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True)
-    x, res, _ = pcg(a, b, tol, maxiter)
-    return x, res
+        return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True, preconditioner)
+    x, res, done = pcg(a, b, tol, maxiter, preconditioner=preconditioner)
+    return x, res, torch.full_like(res, done)
+
+
+def solve_with(solver: Callable, a: FivePoint, b: Tensor, p: Mapping
+               ) -> tuple[Tensor, Tensor, Tensor]:
+    """(x, relative residual, iterations) of ``solver`` to p's cg_tol within
+    cg_maxiter: :func:`solve_auto` with p's preconditioner, counted; the
+    reference CG with its fixed budget; any other solver (a spy, the
+    Fortran's cg_solve) as it is, its iterations not known (NaN)."""
+    tol, maxiter = p["cg_tol"], p["cg_maxiter"]
+    if solver is solve_auto:
+        return solve_counted(a, b, tol, maxiter, p["preconditioner"])
+    x, residual = solver(a, b, tol, maxiter)
+    return x, residual, torch.full_like(residual, maxiter if solver is solve else math.nan)
 
 
 def to_scipy(a: FivePoint):

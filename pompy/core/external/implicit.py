@@ -145,7 +145,9 @@ def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
     """One semi-implicit external step of dt = dti (the module docstring):
     elf, uaf, vaf, the internal mode's etf, egf, utf, vtf, the time-level
     shift, and vamax (imax, jmax) of the velocity check; ``cg_residual``
-    the solver's relative residual."""
+    the solver's relative residual and ``cg_iterations`` its iterations.
+    ``solver`` (a, b, tol, maxiter) -> (x, residual): solve_auto takes the
+    namelist's ``preconditioner`` (cg.solve_with)."""
     s = dict(s)
     if p["mode"] == 2:                 # no vertical_averages in 2-D: advave here, as pom2k's loop
         apply(s, p, "advave(tps)", routines=routines)
@@ -193,7 +195,7 @@ def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
     rhs = put(0., torch.where(wet, rhs, 0.), i=(2, im - 1), j=(2, jm - 1), like=el)
     a = cg.FivePoint(put(1., torch.where(wet, diag, 1.), i=(2, im - 1), j=(2, jm - 1), like=el),
                      c_u, c_v, interior)
-    solved, residual = solver(a, rhs, p["cg_tol"], p["cg_maxiter"])
+    solved, residual, iterations = cg.solve_with(solver, a, rhs, p)
     # the transports of the solved elevation, then continuity (2) itself
     new_u = torch.where(open_u, star_u - theta * k_u * g_u * (solved[Iu, J] - solved[Ium, J]), 0.)
     new_v = torch.where(open_v, star_v - theta * k_v * g_v * (solved[I, Jv] - solved[I, Jvm]), 0.)
@@ -220,7 +222,7 @@ def implicit_step(s: dict, p: dict, routines: Mapping[str, Callable],
     s["fluxua"], s["fluxva"] = flux_u, flux_v
     s["elb"], s["el"], s["d"] = el, elf, dn
     s["uab"], s["ua"], s["vab"], s["va"] = s["ua"], s["uaf"], s["va"], s["vaf"]
-    s["cg_residual"] = residual
+    s["cg_residual"], s["cg_iterations"] = residual, iterations
     return s
 
 
@@ -237,11 +239,14 @@ def _edge_b(rad: dict, im: int, jm: int, zero: Tensor) -> Tensor:
 class SemiImplicit:
     """The implicit free surface: one :func:`implicit_step` per internal
     step. Its stop checks (pompy.core.external.checks): the velocity check
-    and the solver's relative residual ``cg_residual`` within cg_tol."""
+    and the solver's relative residual ``cg_residual`` within cg_tol. Its
+    ``series``: what a core keeps of each step for the output records
+    besides the state (the solve's iterations), carried with the checks."""
 
     checked_field = "vaf"
-    checks = (*VELOCITY, "cg_residual")
+    checks = (*VELOCITY, "cg_residual", "cg_iterations")
     read = ("vamax", "cg_residual")
+    series = ("cg_iterations",)
 
     def __init__(self, solver: Callable = cg.solve_auto):
         self.solver = solver

@@ -1,0 +1,184 @@
+"""A geometric multigrid V-cycle: the elevation solve's other preconditioner.
+
+Jacobi-preconditioned CG takes iterations that grow as the square root of
+the operator's condition number, about 1 + 8 c_f/art with c_f the
+coefficient of a face: at dti = 600 s that is 175 (median) to 300 times a
+seamount cell's area term, and Jacobi's PCG takes 300-600 iterations to
+cg_tol 1e-12; c_f/art grows as (dt/dx)^2, so a finer grid or a longer
+step takes more. On a GPU each iteration is a chain of small kernels and
+a host read. One V-cycle costs a few five-point products per level, and
+the PCG with it converges in 12-14 iterations on each seamount grid from
+65x49 to 720x480 (validation/multigrid.py).
+
+The levels. The operator A (pompy.core.external.cg.FivePoint) is split on
+each active cell into its faces' coefficients and what is left on the
+diagonal, the cell's own term m = diag - (sum of its faces) >= 0 (its area
+art, plus the radiation term on the open edges). A coarse cell is a 2x2
+block of fine interior cells (one column or row of padding where the
+interior is odd), active where any of them is; its own term is the sum of
+theirs (an area adds up), and the coefficient of a coarse face is half the
+sum of the two fine faces it covers: c_f is theta^2 dt^2 g D dy/dx, which
+the same grid coarsened keeps (dy/dx unchanged), while the Galerkin
+product of piecewise-constant interpolation (P^T A P) would give the sum,
+a coarse operator twice too stiff for the waves it must correct (Braess's
+observation for aggregation multigrid). Land stays land: a coarse face
+joins two coarse cells only where a fine face joined two active cells.
+
+The cycle. Restriction is P^T (the sum over a block's active cells) and
+prolongation P (the coarse value on each active cell of the block, 0 on
+land), exactly each other's transpose. Smoothing is red-black Gauss-Seidel,
+red then black before the coarse correction, black then red after: each
+half-sweep is self-adjoint in the A inner product, so the cycle is a
+symmetric operator M; Gauss-Seidel contracts in the A norm, so M is
+positive definite for any symmetric positive definite coarse solve (the
+coarsest level's symmetric sweeps are): a valid CG preconditioner
+(tests/test_multigrid.py checks <x, M y> = <M x, y> and <x, M x> > 0).
+Land and the boundary ring, identity rows of A, are identity rows of M.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pompy.core.external.cg import FivePoint, _apply, _Interior, _interior
+
+# Gauss-Seidel sweeps (red and black) before and after each coarse correction
+SWEEPS = 2
+# the coarsest level: coarsening stops once the interior is this small in
+# either direction, where SWEEPS_COARSEST symmetric sweeps solve it
+COARSEST = 3
+SWEEPS_COARSEST = 8
+# a coarse face's coefficient: this times the sum of the two fine faces it
+# covers (the module docstring; measured at dti 600 s on the seamount at
+# 360x240 and 720x480: 14 iterations to 1e-12, the Galerkin sum's 1.0 30)
+COARSE_FACE = 0.5
+
+
+class Level(NamedTuple):
+    """One grid of the hierarchy, with what its cycle reads."""
+    a: FivePoint
+    stencil: _Interior     # a's coefficients as cg._apply reads them
+    inverse: Tensor        # 1/diag on the active cells, 1 elsewhere
+    red: Tensor            # (i + j) even: the first colour
+    black: Tensor
+    active: Tensor         # a.active's interior (what restriction sums)
+
+
+def _level(a: FivePoint) -> Level:
+    im, jm = a.diag.shape
+    i = torch.arange(im, device=a.diag.device)[:, None]
+    j = torch.arange(jm, device=a.diag.device)[None, :]
+    red = (i + j) % 2 == 0
+    inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
+    return Level(a, _interior(a), inverse, red, ~red, a.active[1:im - 1, 1:jm - 1])
+
+
+def _pairs(a: Tensor) -> Tensor:
+    """The interior array a (n, m) padded with zeros to even sizes, summed
+    over 2x2 blocks: (ceil(n/2), ceil(m/2))."""
+    n, m = a.shape
+    a = F.pad(a, (0, m % 2, 0, n % 2))
+    return a.reshape((n + 1) // 2, 2, (m + 1) // 2, 2).sum((1, 3))
+
+
+def _along(a: Tensor, dim: int) -> Tensor:
+    """a summed over pairs along ``dim`` (padded with a zero where odd)."""
+    n = a.shape[dim]
+    a = F.pad(a, (0, n % 2) if dim == 1 else (0, 0, 0, n % 2))
+    shape = (a.shape[0], a.shape[1] // 2, 2) if dim == 1 else (a.shape[0] // 2, 2, a.shape[1])
+    return a.reshape(shape).sum(dim + 1)
+
+
+def _ring(a: Tensor, value: float) -> Tensor:
+    """An interior array with the boundary ring around it set to ``value``."""
+    return F.pad(a, (1, 1, 1, 1), value=value)
+
+
+def coarsen(a: FivePoint) -> FivePoint:
+    """The coarse operator of ``a`` (the module docstring): 2x2 blocks of
+    the interior, own terms summed, each coarse face half its two fine
+    faces, and a boundary ring of identity rows around it."""
+    v = _interior(a)
+    zero = torch.zeros_like(v.diag)
+    own = torch.where(v.active, v.diag - (v.cx + v.cx_p + v.cy + v.cy_p), zero)
+    active = _pairs(v.active.to(v.diag.dtype)) > 0
+    # cx(i) joins i-1 and i: the face between blocks b-1 and b is the fine
+    # face at interior index 2b (at b = 0 the ring's, none), summed along
+    # the block's other direction
+    cx = COARSE_FACE * _along(v.cx[::2], 1)
+    cy = COARSE_FACE * _along(v.cy[:, ::2], 0)
+    cx = _ring(torch.cat([torch.zeros_like(cx[:1]), cx[1:]], 0), 0.0)
+    cy = _ring(torch.cat([torch.zeros_like(cy[:, :1]), cy[:, 1:]], 1), 0.0)
+    im, jm = cx.shape
+    sides = (cx[1:im - 1, 1:jm - 1] + cx[2:im, 1:jm - 1]
+             + cy[1:im - 1, 1:jm - 1] + cy[1:im - 1, 2:jm])
+    diag = torch.where(active, _pairs(own) + sides, torch.ones_like(sides))
+    return FivePoint(_ring(diag, 1.0), cx, cy, _ring(active, False))
+
+
+def hierarchy(a: FivePoint) -> list[Level]:
+    """The levels from ``a`` down to an interior of COARSEST cells in one
+    direction."""
+    levels = [_level(a)]
+    while min(levels[-1].a.diag.shape) - 2 > COARSEST:
+        levels.append(_level(coarsen(levels[-1].a)))
+    return levels
+
+
+def restrict(r: Tensor, fine: Level) -> Tensor:
+    """P^T r: each coarse cell the sum of r over its block's active cells."""
+    im, jm = r.shape
+    inner = torch.where(fine.active, r[1:im - 1, 1:jm - 1], torch.zeros_like(fine.active, dtype=r.dtype))
+    return _ring(_pairs(inner), 0.0)
+
+
+def prolong(e: Tensor, fine: Level) -> Tensor:
+    """P e: the coarse value on each active fine cell of its block, 0 on land
+    and the ring."""
+    n, m = fine.active.shape
+    inner = e[1:-1, 1:-1].repeat_interleave(2, 0).repeat_interleave(2, 1)[:n, :m]
+    return _ring(torch.where(fine.active, inner, torch.zeros_like(inner)), 0.0)
+
+
+def _sweep(level: Level, x: Tensor, r: Tensor, colour: Tensor) -> Tensor:
+    """A Gauss-Seidel half-sweep of A x = r on the cells of one colour
+    (whose neighbours all have the other)."""
+    return x + torch.where(colour, (r - _apply(level.stencil, x)) * level.inverse,
+                           torch.zeros_like(x))
+
+
+def _smooth(level: Level, x: Tensor, r: Tensor, sweeps: int, first: Tensor, second: Tensor
+            ) -> Tensor:
+    for _ in range(sweeps):
+        x = _sweep(level, _sweep(level, x, r, first), r, second)
+    return x
+
+
+def v_cycle(levels: list[Level], r: Tensor, k: int = 0) -> Tensor:
+    """M r: one V-cycle from level k for A x = r, from x = 0."""
+    level = levels[k]
+    x = torch.zeros_like(r)
+    if k == len(levels) - 1:
+        x = _smooth(level, x, r, SWEEPS_COARSEST, level.red, level.black)
+        return _smooth(level, x, r, SWEEPS_COARSEST, level.black, level.red)
+    x = _smooth(level, x, r, SWEEPS, level.red, level.black)
+    coarse = v_cycle(levels, restrict(r - _apply(level.stencil, x), level), k + 1)
+    x = x + prolong(coarse, level)
+    return _smooth(level, x, r, SWEEPS, level.black, level.red)
+
+
+class Multigrid:
+    """The preconditioner of an operator: ``Multigrid(a)(r)`` is M r, one
+    V-cycle (no gradients: the solves that use it are differentiated
+    implicitly)."""
+
+    def __init__(self, a: FivePoint):
+        with torch.no_grad():
+            self.levels = hierarchy(a)
+
+    def __call__(self, r: Tensor) -> Tensor:
+        with torch.no_grad():
+            return v_cycle(self.levels, r)
