@@ -1,0 +1,45 @@
+"""Sphinx configuration of pompy's documentation (MyST Markdown, furo).
+
+Build: ``python -m sphinx -W -b html docs docs/_build/html`` (warnings are
+errors; tests/test_docs.py runs it)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE / "_ext"))
+sys.path.insert(0, str(HERE.parent))
+
+import pompy  # noqa: E402
+
+project = "pompy"
+author = "the pompy developers"
+copyright = "pompy developers"
+version = release = pompy.__version__
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "mathml",
+    "plaindoc",
+]
+myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "_ext"]
+html_math_renderer = "mathml"
+
+html_theme = "furo"
+html_title = f"pompy {release}"
+html_static_path = ["_static"]
+html_css_files = ["pompy.css"]
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_default_options = {"members": True, "show-inheritance": False}
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+nitpicky = False
+default_role = "code"
