@@ -35,11 +35,15 @@ step's mean of D_u ua),
 its mean elevation egf = theta eta^n+1 + (1-theta) eta^n, its new elevation
 etf = eta^n+1. The velocities are ua^n+1 = F^n+1 / (dy_u D_u^n+1).
 
-theta (namelist ``theta``, 0.5..1): 0.5 is second order and neutral, so
-waves a long step cannot resolve (omega dt >> 1) ring undamped; 1 damps
-everything, first order. The default 0.55 damps a wave of omega dt = 10
-by a factor 0.83 per step ((1 - (1-theta) x)/(1 + theta x) for x = omega
-dt) while resolved waves (omega dt < 0.3) lose under 0.5 % per step.
+theta (namelist ``theta``, 0.5..1) weights the gravity terms: for a
+surface gravity wave the step is the theta method, amplification |lambda|
+per step with |lambda|^2 = (1 + (1-theta)^2 x^2)/(1 + theta^2 x^2), x =
+omega dt. 0.5 is neutral and, for these terms, second order, so waves a
+long step cannot resolve (omega dt >> 1) ring undamped; 1 damps
+everything, first order. The other terms (R_u: advection, Coriolis,
+stresses) are forward Euler, as in pom2k's external step. The default
+0.55 damps a wave of omega dt = 10 by a factor 0.82 per step while
+resolved waves (omega dt < 0.3) lose under 0.5 % per step.
 """
 from __future__ import annotations
 
