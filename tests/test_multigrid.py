@@ -260,5 +260,6 @@ def test_a_bad_preconditioner_is_refused_in_one_line(capsys):
 
 def test_the_certificate_key_names_the_preconditioner():
     key = certificate_key("implicit", "cpu", "float64", Config(preconditioner="multigrid"))
-    assert key["preconditioner"] == "multigrid"
-    assert certificate_key("implicit", "cpu", "float64", Config())["preconditioner"] == "jacobi"
+    assert key["solver"] == "multigrid PCG, implicitly differentiated"
+    key = certificate_key("implicit", "cpu", "float64", Config())
+    assert key["solver"] == "Jacobi PCG, implicitly differentiated"     # as before it

@@ -48,7 +48,7 @@ def certificate_key(core: str, device: str | torch.device, dtype: str, config: C
         from pompy.core.external import cg
 
         key.update(theta=config.theta, cg_tol=config.cg_tol, cg_maxiter=config.cg_maxiter,
-                   solver=cg.GRADIENT_SOLVER, preconditioner=config.preconditioner)
+                   solver=cg.GRADIENT_SOLVERS[config.preconditioner])
     return key
 
 

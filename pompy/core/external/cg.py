@@ -55,9 +55,10 @@ from pompy.errors import NotConverged
 from pompy.ops import put, xm, ym
 from pompy.utils.safety import requires_grad
 
-# what gradients through the core's elevation solve go through (solve_auto):
-# a verification certificate's key names it
-GRADIENT_SOLVER = "PCG, implicitly differentiated"
+# what gradients through the core's elevation solve go through (solve_auto),
+# by the namelist's preconditioner: a verification certificate's key names it
+GRADIENT_SOLVERS = {"jacobi": "Jacobi PCG, implicitly differentiated",
+                    "multigrid": "multigrid PCG, implicitly differentiated"}
 
 # the PCG's preconditioners (namelist ``preconditioner``), each with its
 # iterations between host reads of the residual: Jacobi's are cheap (a
