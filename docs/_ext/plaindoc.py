@@ -7,9 +7,10 @@ continuation lines indented under a sentence. Read as reStructuredText,
 indented line is a block quote without the blank line before it. This
 hook, run before napoleon on each docstring, escapes those characters
 outside double-backquoted literals and puts a blank line where the
-indentation changes, so the reference shows the text as written. Literal
-blocks (after ``::``), directives and numpydoc sections (a title over a
-line of dashes, to the end) are left as they are."""
+indentation changes; a block indented under a sentence (code, a formula,
+a table) becomes a literal block, so the reference shows the text as
+written. Literal blocks (after ``::``), directives and numpydoc sections
+(a title over a line of dashes, to the end) are left as they are."""
 from __future__ import annotations
 
 import re
@@ -18,6 +19,8 @@ from sphinx.application import Sphinx
 
 _LITERAL = re.compile(r"(``.+?``|:[\w:]+:`[^`]+`)")
 _SECTION_RULE = re.compile(r"^\s*-{3,}\s*$")
+_TABLE_RULE = re.compile(r"^\s*=+(\s+=+)+\s*$")
+_LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)]|\(?[a-z0-9]\))\s")
 
 
 def _indent(line: str) -> int:
@@ -36,7 +39,15 @@ def plain_prose(lines: list[str]) -> list[str]:
     """``lines`` made safe as reStructuredText (see the module's docstring)."""
     out: list[str] = []
     verbatim_below = None           # indentation a literal block or directive must exceed
+    rules = 0                       # the borders of a simple table seen: its text is kept
     for n, line in enumerate(lines):
+        if _TABLE_RULE.match(line):
+            rules += 1
+        if rules % 3 or _TABLE_RULE.match(line):
+            out.append(line)
+            if rules % 3 == 0:
+                rules = 0
+            continue
         if n + 1 < len(lines) and _SECTION_RULE.match(lines[n + 1]) and line.strip():
             return out + lines[n:]   # numpydoc sections: napoleon's
         blank = not line.strip()
@@ -47,7 +58,18 @@ def plain_prose(lines: list[str]) -> list[str]:
         if blank:
             out.append(line)
             continue
-        if out and out[-1].strip() and _indent(out[-1]) != _indent(line):
+        previous = next((p for p in reversed(out) if p.strip()), None)
+        if previous is not None and _indent(line) > _indent(previous) and \
+                not _LIST_ITEM.match(previous):
+            # an indented block under a sentence (code, a formula, a table):
+            # kept as written, a literal block
+            out += ["", " " * _indent(previous) + "::", ""]
+            verbatim_below = _indent(previous)
+            out.append(line)
+            continue
+        continues_item = previous is not None and _LIST_ITEM.match(previous) and \
+            _indent(line) > _indent(previous)
+        if out and out[-1].strip() and _indent(out[-1]) != _indent(line) and not continues_item:
             out.append("")
         stripped = line.strip()
         if stripped.startswith(".. ") or stripped.startswith(">>>"):
