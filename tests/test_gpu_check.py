@@ -1,0 +1,147 @@
+"""validation/gpu_check.py's CPU path, end to end on tiny grids, so that
+the GPU check is known to run before a GPU is lent: its four parts (a: a
+second CPU run against the first, exactly equal; b: the oracle and the
+eager cores timed, the CUDA-graph modes reported as not runnable on the
+CPU; c: pompy generate and two training batches in a gloo group of one;
+d: pompy verify, whose certificate then gates c), its Markdown tables and
+its JSON; and a unit killed at its time box is reported, not fatal.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import f90nml
+import pytest
+
+ROOT = Path(__file__).parents[1]
+SCRIPT = ROOT / "validation" / "gpu_check.py"
+
+
+@pytest.fixture
+def home(oracle, tmp_path):
+    """A POMPY_HOME of this test's own (its certificates), the oracle's
+    build shared with the user's."""
+    from pompy.oracle.build import cache_dir
+
+    path = tmp_path / "home"
+    path.mkdir()
+    (path / "oracle").symlink_to(cache_dir(), target_is_directory=True)
+    return path
+
+
+def tiny_config(folder: Path) -> Path:
+    """configs/train_tiny.nml on an 8x7x5 grid, a network of 4 channels."""
+    nml = f90nml.read(ROOT / "configs" / "train_tiny.nml")
+    nml["pom2k"].update(im=8, jm=7, kb=5, kl1=2, kl2=3, cg_maxiter=60)
+    nml["train"].update(hidden_channels=4, device="cpu")
+    path = folder / "tiny.nml"
+    nml.write(path, force=True)
+    return path
+
+
+def run(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, POMPY_HOME=str(home), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def finite(*values) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def test_the_cpu_path_runs_every_part(home, tmp_path):
+    config = tiny_config(tmp_path)
+    out = tmp_path / "check.json"
+    result = run(home, "--grids", "16x12x6", "--parity-grid", "16x12x6", "--steps", "4",
+                 "--bench-steps", "2", "--rounds", "2",
+                 "--modes", "eager,cuda-graph,reduce-overhead",
+                 "--train-config", str(config), "--verify-config", str(config),
+                 "--verify-options", "--samples 1 --steps 1", "--json", str(out),
+                 "--work", str(tmp_path / "work"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    parts = report["parts"]
+    assert set(parts) == {"a", "b", "c", "d"}
+    assert {p: parts[p]["status"] for p in parts} == dict.fromkeys("abcd", "ok"), \
+        (parts, result.stderr[-3000:])
+    assert report["elapsed_s"] < report["budget_s"]
+
+    a = parts["a"]
+    assert a["grid"] == "16x12x6" and a["steps"] == 4 and a["goal"] == 1e-9
+    assert set(a["cores"]) == {"explicit", "implicit"}
+    for row in a["cores"].values():      # the same CPU run twice: equal to the bit
+        assert row["worst"] == 0.0 and row["passed"] is True
+        assert row["fields"] and set(row["fields"].values()) == {0.0}
+        assert {"u", "v", "t", "s", "el", "q2"} <= set(row["fields"])
+        assert finite(row["cpu_s"], row["device_s"])
+
+    b = parts["b"]
+    assert {(o["grid"], o["core"]) for o in b["oracle"]} == {("16x12x6", "explicit"),
+                                                             ("16x12x6", "implicit")}
+    assert all(finite(o["ms"]) and o["ms"] > 0 for o in b["oracle"])
+    rows = {(r["core"], r["mode"]): r for r in b["rows"]}
+    assert set(rows) == {(c, m) for c in ("explicit", "implicit")
+                         for m in ("eager", "cuda-graph", "reduce-overhead")}
+    for core in ("explicit", "implicit"):
+        eager = rows[core, "eager"]
+        assert eager["status"] == "ok" and finite(eager["ms"], eager["ratio"], eager["warmup_s"])
+        assert eager["ms"] > 0 and len(eager["times"]) == 2
+        for mode in ("cuda-graph", "reduce-overhead"):
+            assert rows[core, mode]["status"] == "not run"
+            assert "need a CUDA device" in rows[core, mode]["reason"]
+
+    d = parts["d"]
+    assert d["exit_code"] == 0 and d["passed"] == d["checks"] > 100
+    assert d["command"].startswith("pompy verify ") and "--device cpu" in d["command"]
+    assert finite(d["seconds"]) and d["grid"] == "8x7x5"
+    assert Path(d["certificate"]).is_file() and Path(d["certificate"]).is_relative_to(home)
+
+    c = parts["c"]
+    assert c["grid"] == "8x7x5" and c["certified"] is True and c["refusal"] is None
+    assert c["backend"] == "gloo" and c["world_size"] == 1 and c["ddp"] is True
+    assert c["generate_exit"] == 0 and finite(c["generate_s"], c["build_s"])
+    assert len(c["batches"]) == 2
+    for batch in c["batches"]:
+        assert finite(batch["seconds"], batch["peak_rss_gb"], batch["loss"])
+        assert batch["seconds"] > 0 and batch["peak_rss_gb"] > 0
+
+    text = result.stdout
+    for header in ("| core | worst field | largest difference |", "| grid | core | mode |",
+                   "| batch | seconds | peak memory (GB) |", "| checks passed | seconds |"):
+        assert header in text, text
+    assert "| explicit | el | 0.00e+00 | 1e-09 | pass |" in text
+
+
+def test_a_unit_past_its_box_is_killed_and_reported(home, tmp_path):
+    out = tmp_path / "check.json"
+    result = run(home, "--parts", "a", "--parity-grid", "16x12x6", "--steps", "100000",
+                 "--cores", "explicit", "--budget", "6", "--json", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a = json.loads(out.read_text())["parts"]["a"]
+    assert a["status"] == "incomplete" and a["problem"].startswith("killed at its box of 6 s")
+    assert a["seconds"] < 20
+    assert "killed at its box" in result.stdout
+
+
+def test_bad_options_are_refused():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    for argv in (["--parts", "a,z"], ["--modes", "eager,fast"], ["--cores", "pom"],
+                 ["--grids", "16x12"], ["--steps", "0"], ["--train-config", "no.nml"]):
+        with pytest.raises(SystemExit) as stop:
+            gpu_check.parse_args(["--device", "cpu", *argv])
+        assert stop.value.code == 2, argv
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit) as stop:
+            gpu_check.parse_args([])           # --device cuda by default
+        assert stop.value.code == 2

@@ -1,0 +1,924 @@
+"""One prepared GPU check: parity, speed, a training batch and the
+certificate run, on one GPU in under 8 minutes.
+
+On a machine with one CUDA GPU, from the repository root (the Fortran
+oracle built: ``python3 -m pompy setup``):
+
+    python3 validation/gpu_check.py --json gpu_check.json
+
+(the device tool: ``run`` with ``timeout_s`` 560 and that command; the
+figures come back in gpu_check.json and as Markdown on stdout.) Four
+parts, run in the order a, d, c, b, each in subprocesses of its own and
+time-boxed so that the whole stays within ``--budget`` seconds (default
+450; a part's box is its share of what is left, SHARES, and what a part
+leaves unused passes to the next; a unit that runs past its box is
+killed and reported as such, with what it had measured by then):
+
+(a) parity: float64 CUDA against CPU for both cores over ``--steps``
+    (240) internal steps of the seamount (configs/seamount.nml, 65x49x21;
+    ``--parity-grid`` for another): for each prognostic field the largest
+    difference relative to the field's largest magnitude (the CPU run's),
+    and the worst against the goal 1e-9 (pass/fail).
+(b) speed: ms per internal step at ``--grids`` (256x256x31,360x240x25),
+    both cores (``--cores``), float64, stepping as ``pompy run`` does
+    (validation/benchmark.py's helpers: its set-up, its ``run`` and its
+    windows), each mode of ``--modes``:
+      eager            the core's own steps; beside each window one of the
+                       Fortran twin's (the oracle's run_steps, -O3, one
+                       thread): the ratio is the median of the paired
+                       windows' ratios
+      cuda-graph       one internal step captured with torch.cuda.graph
+                       (the core's pass without its host reads, check=False,
+                       the new state copied over the captured inputs inside
+                       the graph) and replayed; the state after the replays
+                       compared with the eager core's after the same steps
+      compiled         pompy's whole-step graphs (``compile=True``,
+                       ``pompy run --compile``); the first steps compile
+                       (warm-up, reported)
+      reduce-overhead  the same graphs with Inductor's CUDA graphs
+                       (torch._inductor.config.triton.cudagraphs: what
+                       torch.compile's mode="reduce-overhead" sets), the
+                       state cloned and cudagraph_mark_step_begin() after
+                       each step
+    A mode that cannot run says why (on the CPU: the CUDA-graph modes need
+    a CUDA device; the implicit core's PCG reads its residual on the host,
+    which a CUDA-graph capture refuses) instead of stopping the check.
+    The compiled modes come last, after every eager row, as their cold
+    compilation can take minutes: what the budget leaves them.
+(c) a training batch: ``--train-config`` (configs/train_360x240.nml), its
+    data made with ``pompy generate`` (one member, the snapshots for
+    ``--train-batches`` samples), then NPOMTrainerDDP built in a process
+    that joins a torch.distributed group of world size 1 (NCCL on CUDA,
+    gloo on the CPU) and wraps its networks in DDP as every rank of a
+    torchrun launch does (the trainer itself makes no group at WORLD_SIZE
+    1, so ``torchrun --nproc_per_node 1`` would run it without one), and
+    ``--train-batches`` (2) calls of run_single_train_batch: the seconds of
+    each and the peak memory (torch.cuda.max_memory_allocated; on the CPU
+    the process's peak RSS). The trainer's gate is asked first: with a
+    passed certificate for that grid the batch runs under it; without one
+    (verifying the 360x240 grid is not part of this check: ``pompy verify
+    configs/train_360x240.nml --core implicit --device cuda`` makes one)
+    the measuring process answers the gate with a stand-in, reported as
+    ``certified: false`` with the trainer's refusal (``--train-gate
+    strict``: no batch then).
+(d) the certificate run, as a user types it: ``pompy verify
+    --verify-config (configs/train_tiny.nml) --core implicit --device
+    DEVICE``: its checks passed of all, its seconds (and the suites').
+
+``--device cpu`` runs the same on the CPU (the test suite's path, on a
+tiny grid: tests/test_gpu_check.py); there the "device" runs of (a) are
+a second CPU run (differences exactly 0). ``--json PATH`` writes every
+figure; stdout has one Markdown table per part.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import resource
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark  # noqa: E402  (validation/benchmark.py: set-up, windows, comparisons)
+
+PARTS = ("a", "b", "c", "d")
+ORDER = ("a", "d", "c", "b")           # b last: its compiled rows take what is left
+# each part's box: its share of the budget left when it starts, over the
+# shares of the parts still to run
+SHARES = {"a": 0.2, "d": 0.25, "c": 0.25, "b": 0.3}
+PARITY_GOAL = 1e-9
+MODES = ("eager", "cuda-graph", "compiled", "reduce-overhead")
+COMPILED_MODES = ("compiled", "reduce-overhead")
+MIN_UNIT_S = 20.0       # (b) a unit is not started with less time than this left
+MIN_PART_S = 5.0        # nor a part
+RESULT = "GPU_CHECK_RESULT "          # a child's result lines on stdout
+
+
+# ======================================================================
+# children: each unit runs in a process of its own and prints its results
+# as they come (RESULT + JSON), so that a unit killed at its box still
+# reports what it measured
+
+
+def emit(**result) -> None:
+    print(RESULT + json.dumps(result, default=float), flush=True)
+
+
+def error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:400] if text else type(exc).__name__
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
+def make_core(name: str, config, device: str, compile: bool = False):
+    """The core ``name`` set up (iint 0), float64."""
+    import torch
+
+    from pompy import cores
+
+    core = cores.get(name).make(config, device=device, dtype=torch.float64, compile=compile)
+    core.run_initialization()
+    return core
+
+
+def grid_config(spec: str):
+    """benchmark.grid_config, but for a grid too shallow for the seamount's
+    kl1 (6): kl1 then kb-3, at least 2 (16x12x6: 3)."""
+    import dataclasses
+
+    from pompy.config import load_config
+
+    im, jm, kb = (int(x) for x in spec.split("x"))
+    kl1 = max(2, min(load_config(benchmark.CONFIG).kl1, kb - 3))
+    if kl1 == load_config(benchmark.CONFIG).kl1:
+        return benchmark.grid_config(spec)
+    return dataclasses.replace(load_config(benchmark.CONFIG), im=im, jm=jm, kb=kb, kl1=kl1,
+                               kl2=kb - 2, days=1.0)
+
+
+def parity_config(spec: str):
+    from pompy.config import load_config
+
+    if spec == "seamount":
+        return load_config(benchmark.CONFIG)
+    return grid_config(spec)
+
+
+def unit_parity(spec: dict) -> None:
+    """(a): each core ``steps`` steps on the CPU and on the device, float64."""
+    from pompy import variables
+
+    config = parity_config(spec["grid"])
+    names = variables.names("prognostic")
+    emit(kind="device", name=device_name(spec["device"]),
+         grid=f"{config.im}x{config.jm}x{config.kb}")
+    for core in spec["cores"]:
+        try:
+            cpu = make_core(core, config, "cpu")
+            cpu_s = benchmark.run(cpu, spec["steps"], "cpu") * spec["steps"]
+            dev = make_core(core, config, spec["device"])
+            dev_s = benchmark.run(dev, spec["steps"], spec["device"]) * spec["steps"]
+            fields = {n: benchmark.largest_difference(dev.state, cpu.state, [n])[0]
+                      for n in names if n in cpu.state}
+            worst = max(fields, key=fields.get)
+            emit(kind="parity", core=core, steps=spec["steps"], fields=fields,
+                 worst=fields[worst], worst_field=worst, cpu_s=cpu_s, device_s=dev_s)
+        except Exception as exc:            # a stop or a fault: reported, the next core runs
+            emit(kind="parity", core=core, steps=spec["steps"], error=error_text(exc))
+
+
+class TwinOracle:
+    """benchmark.Oracle for either core's Fortran twin: its run stepped on
+    from one timed window to the next."""
+
+    def __init__(self, config, core: str):
+        from pompy.oracle.driver import new_state, run_steps
+
+        self.run_steps = run_steps
+        self.config, self.core, self.state = config, core, new_state(config)
+        self.iint = benchmark.WARMUP
+        run_steps(self.state, config, 1, benchmark.WARMUP, core=core)
+
+    def time(self, steps: int) -> float:
+        """Seconds per step of ``steps`` more steps, after an untimed one."""
+        import gc
+
+        self.run_steps(self.state, self.config, self.iint + 1, self.iint + 1, core=self.core)
+        gc.collect()
+        start = time.perf_counter()
+        self.run_steps(self.state, self.config, self.iint + 2, self.iint + steps + 1,
+                       core=self.core)
+        self.iint += steps + 1
+        return (time.perf_counter() - start) / steps
+
+
+def warmed(core_name: str, config, device: str, compile: bool = False):
+    """A core after benchmark.WARMUP steps, and their seconds."""
+    core = make_core(core_name, config, device, compile)
+    start = time.perf_counter()
+    benchmark.run(core, benchmark.WARMUP, device)
+    return core, time.perf_counter() - start
+
+
+def versus_eager(core, core_name: str, config, device: str) -> float:
+    """The largest prognostic difference of ``core`` from an eager core of
+    the same steps on the same device."""
+    from pompy import variables
+
+    eager = make_core(core_name, config, device)
+    benchmark.run(eager, core.iint, device)
+    return benchmark.largest_difference(core.state, eager.state,
+                                        variables.names("prognostic"))[0]
+
+
+def capture_step(core):
+    """Internal step iint+1 of ``core`` captured as a CUDA graph: the pass
+    without host reads (check=False), its new state copied over the
+    captured inputs inside the graph, so that each replay is one more
+    step. (graph, the state it steps, the step's may-go-on flag)."""
+    import torch
+
+    iint = core.iint + 1
+    fixed = core._fixed(iint)
+    state = {k: v.clone() for k, v in core.state.items()}
+    inputs = {v.untyped_storage().data_ptr() for v in state.values()}
+
+    def step():
+        new, _, going = core._advance(state, iint, *fixed, check=False)
+        return new, going
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()                               # warm-up off the capture (lazy inits)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        new, going = step()
+        # a new value that is an input (a time level passed on) is copied
+        # before any input is written
+        staged = {k: (v.clone() if v.untyped_storage().data_ptr() in inputs else v)
+                  for k, v in new.items() if k in state and v is not state[k]}
+        for k, v in staged.items():
+            state[k].copy_(v)
+    return graph, state, going
+
+
+def cuda_graph_row(core, core_name: str, config, spec: dict) -> dict:
+    """The cuda-graph mode on the eager ``core`` (left ``steps`` steps on)."""
+    import torch
+
+    from pompy import variables
+    from pompy.core.model import forward_only
+
+    device, steps = spec["device"], spec["steps"]
+    if not device.startswith("cuda"):
+        return dict(status="not run", reason="CUDA graphs need a CUDA device (--device cpu)")
+    try:
+        with forward_only(core):
+            start = time.perf_counter()
+            graph, state, going = capture_step(core)
+            graph.replay()                   # the first replay: uploads the graph
+            torch.cuda.synchronize()
+            capture_s = time.perf_counter() - start
+            times = []
+            for _ in range(spec["rounds"]):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    graph.replay()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) / steps)
+            replays = 1 + steps * spec["rounds"]
+            finite = bool(going)
+        benchmark.run(core, replays, device)      # the eager core, the same steps
+        diff = benchmark.largest_difference(state, core.state, variables.names("prognostic"))[0]
+        del graph
+        return dict(status="ok", times=times, warmup_s=capture_s, versus_eager=diff,
+                    finite=finite)
+    except Exception as exc:
+        return dict(status="failed", reason=error_text(exc))
+
+
+def unit_speed(spec: dict) -> None:
+    """(b), one grid: for each core the oracle beside the eager windows,
+    then each core's cuda-graph row; or one core's compiled mode."""
+    import statistics
+
+    import torch
+
+    config = grid_config(spec["grid"])
+    device, mode = spec["device"], spec["mode"]
+    steps, rounds = spec["steps"], spec["rounds"]
+    emit(kind="device", name=device_name(device))
+    if mode == "eager":
+        eager = {}
+        for core_name in spec["cores"]:
+            try:
+                oracle = TwinOracle(config, core_name)
+                core, warm = warmed(core_name, config, device)
+                pairs = [(oracle.time(steps), benchmark.run(core, steps, device, untimed=1))
+                         for _ in range(rounds)]
+            except Exception as exc:        # a stop or a fault: reported, the next core runs
+                emit(kind="speed", grid=spec["grid"], core=core_name, mode="eager",
+                     status="failed", reason=error_text(exc))
+                continue
+            oracle_ms = statistics.median(o for o, _ in pairs) * 1e3
+            emit(kind="oracle", grid=spec["grid"], core=core_name, ms=oracle_ms,
+                 times=[o for o, _ in pairs])
+            emit(kind="speed", grid=spec["grid"], core=core_name, mode="eager", status="ok",
+                 ms=statistics.median(t for _, t in pairs) * 1e3,
+                 ratio=statistics.median(t / o for o, t in pairs), warmup_s=warm,
+                 times=[t for _, t in pairs], oracle_ms=oracle_ms)
+            eager[core_name] = core, oracle_ms
+        for core_name, (core, oracle_ms) in eager.items() if spec.get("graph") else ():
+            row = cuda_graph_row(core, core_name, config, spec)
+            if row.get("times"):
+                row["ms"] = statistics.median(row["times"]) * 1e3
+                row["ratio"] = row["ms"] / oracle_ms
+            emit(kind="speed", grid=spec["grid"], core=core_name, mode="cuda-graph", **row)
+        return
+    core_name = spec["core"]
+    callback = None
+    if mode == "reduce-overhead":
+        if not device.startswith("cuda"):
+            emit(kind="speed", grid=spec["grid"], core=core_name, mode=mode, status="not run",
+                 reason="Inductor's CUDA graphs need a CUDA device (--device cpu)")
+            return
+        import torch._inductor.config as inductor_config
+
+        inductor_config.triton.cudagraphs = True
+
+        def callback(core):
+            # a state read across steps is no cudagraph output a replay overwrites
+            core.state = {k: v.clone() for k, v in core.state.items()}
+            torch.compiler.cudagraph_mark_step_begin()
+    try:
+        start = time.perf_counter()
+        core = make_core(core_name, config, device, compile=True)
+        times = []
+        run = benchmark.run if callback is None else with_callback(callback)
+        run(core, benchmark.WARMUP, device)
+        if callback is not None:            # Inductor records its CUDA graphs on later calls
+            run(core, steps, device)
+        warm = time.perf_counter() - start
+        emit(kind="progress", grid=spec["grid"], core=core_name, mode=mode, warmup_s=warm)
+        for _ in range(rounds):
+            times.append(run(core, steps, device, untimed=1))
+        ms = statistics.median(times) * 1e3
+        row = dict(status="ok", ms=ms, warmup_s=warm, times=times)
+        if spec.get("oracle_ms"):
+            row["ratio"] = ms / spec["oracle_ms"]
+        row["versus_eager"] = versus_eager(core, core_name, config, device)
+    except Exception as exc:
+        row = dict(status="failed", reason=error_text(exc))
+    emit(kind="speed", grid=spec["grid"], core=core_name, mode=mode, **row)
+
+
+def with_callback(callback):
+    """benchmark.run with ``callback(core)`` after each step."""
+    import gc
+
+    from pompy.core.model import forward_only
+
+    def run(core, steps: int, device: str, untimed: int = 0) -> float:
+        with forward_only(core):
+            if untimed:
+                core.iend = core.iint + untimed
+                core.run_time_loop(callback)
+            core.iend = core.iint + steps
+            gc.collect()
+            benchmark.sync(device)
+            start = time.perf_counter()
+            core.run_time_loop(callback)
+            benchmark.sync(device)
+        return (time.perf_counter() - start) / steps
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def unit_train(spec: dict) -> None:
+    """(c): the trainer on one process in a group of world size 1."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from pompy.errors import InputError
+    from pompy.train import options as train_options
+    from pompy.train import trainer as trainer_module
+    from pompy.verify import certificate
+
+    device = spec["device"]
+    cuda = device.startswith("cuda")
+    emit(kind="device", name=device_name(device))
+    from pompy import cli
+
+    start = time.perf_counter()
+    code = cli.main(spec["generate"])          # `pompy generate ...`, in this process
+    emit(kind="generate", seconds=time.perf_counter() - start, exit_code=code)
+    if code != 0:
+        emit(kind="train", status="failed", reason=f"pompy generate: exit {code} (its "
+             "message above, on stderr)")
+        return
+    args = train_options.resolve_options(
+        ["--config", spec["config"], "--data", spec["data"], "--output", spec["output"],
+         "--device", device, "--test_fraction", "0", "--no-progress", "--overwrite"])
+    config = train_options.load_model_config(args.config)
+    certified, refusal = True, None
+    try:
+        certificate.require_certificate(args.core, torch.device(device), args.dtype, config,
+                                        config_name=str(args.config))
+    except InputError as err:
+        certified, refusal = False, str(err)
+        if spec["gate"] == "strict":
+            emit(kind="train", status="not run", certified=False, reason=refusal)
+            return
+
+        def stand_in(core, device, dtype, config, config_name="CONFIG"):
+            return {"key": certificate.certificate_key(core, device, dtype, config),
+                    "passed": False, "stand_in": "gpu_check: no certificate for this grid"}
+        trainer_module.require_certificate = stand_in
+    backend = "nccl" if cuda else "gloo"
+
+    class OneRankGroup(trainer_module.NPOMTrainerDDP):
+        """The trainer as a rank of a torchrun launch: a process group (here
+        of one) and its networks DDP-wrapped."""
+
+        def _join_group(self):
+            if cuda:
+                torch.cuda.set_device(self.device)
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
+                                    rank=0, world_size=1)
+            self.distributed = True
+
+    started = time.perf_counter()
+    trainer = OneRankGroup(args, environ={})
+    try:
+        build_s = time.perf_counter() - started
+        nets = [n for n in (trainer.encoder, trainer.decoder) if n is not None]
+        info = dict(certified=certified, refusal=refusal, backend=backend,
+                    world_size=dist.get_world_size() if dist.is_initialized() else None,
+                    ddp=bool(nets) and all(isinstance(n, DDP) for n in nets),
+                    grid=f"{config.im}x{config.jm}x{config.kb}", core=args.core,
+                    dtype=args.dtype, batch_size=args.batch_size, horizon=args.horizon,
+                    steps_per_correction=args.steps_per_correction,
+                    hidden_channels=args.hidden_channels, build_s=build_s,
+                    train_samples=len(trainer.train_ds))
+        trainer.sampler.set_epoch(0)
+        batches = []
+        for n, (ics, refs) in enumerate(trainer.train_loader):
+            if n >= spec["batches"]:
+                break
+            if cuda:
+                torch.cuda.synchronize()
+                before = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+            losses = trainer.run_single_train_batch(ics, refs)
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            batch = dict(seconds=seconds, loss=losses[0])
+            if cuda:
+                batch.update(peak_gb=torch.cuda.max_memory_allocated() / 1e9,
+                             before_gb=before / 1e9)
+            else:
+                batch.update(peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6)
+            batches.append(batch)
+            emit(kind="progress", batch=n, **batch)
+        emit(kind="train", status="ok" if batches else "failed",
+             reason=None if batches else "no training batch in the data", batches=batches,
+             **info)
+    finally:
+        trainer.cleanup()
+
+
+UNITS = {"parity": unit_parity, "speed": unit_speed, "train": unit_train}
+
+
+def run_unit_here(kind: str, spec: dict) -> int:
+    try:
+        UNITS[kind](spec)
+        return 0
+    except Exception as exc:
+        traceback.print_exc()
+        emit(kind="error", error=error_text(exc))
+        return 1
+
+
+# ======================================================================
+# the parent: the parts, their boxes, the tables
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.seconds, self.start = seconds, time.perf_counter()
+
+    def left(self) -> float:
+        return self.seconds - (time.perf_counter() - self.start)
+
+
+def run_process(command: list[str], timeout: float, env: dict | None = None
+                ) -> tuple[int | None, str, str, float]:
+    """``command`` in a session of its own, killed with its children past
+    ``timeout`` s: (exit status or None when killed, stdout, stderr, seconds)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(command, stdout=out, stderr=err, cwd=ROOT, env=env,
+                                start_new_session=True, text=True)
+        try:
+            code = proc.wait(timeout=max(timeout, 1.0))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read(), time.perf_counter() - start
+
+
+def run_unit(kind: str, spec: dict, timeout: float) -> tuple[list[dict], str | None, float]:
+    """A unit in a child process: (its results, what went wrong or None, seconds)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--unit", kind,
+               "--spec", json.dumps(spec)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    code, out, err, seconds = run_process(command, timeout, env)
+    results = [json.loads(line[len(RESULT):]) for line in out.splitlines()
+               if line.startswith(RESULT)]
+    problem = None
+    if code is None:
+        problem = f"killed at its box of {timeout:.0f} s"
+    elif code != 0:
+        tail = [line for line in err.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        problem = f"exit {code}: {tail[0][:400]}"
+    if problem is not None:
+        sys.stderr.write(f"gpu_check: {kind} unit {spec}: {problem}\n{err[-3000:]}\n")
+    return results, problem, seconds
+
+
+def of_kind(results: list[dict], kind: str) -> list[dict]:
+    return [r for r in results if r.get("kind") == kind]
+
+
+def device_names(results: list[dict]) -> str | None:
+    found = of_kind(results, "device")
+    return found[0]["name"] if found else None
+
+
+def part_a(args, box: float) -> dict:
+    spec = dict(grid=args.parity_grid, steps=args.steps, cores=args.cores, device=args.device)
+    results, problem, seconds = run_unit("parity", spec, box)
+    rows = {r["core"]: r for r in of_kind(results, "parity")}
+    for row in rows.values():
+        if "worst" in row:
+            row["passed"] = row["worst"] <= PARITY_GOAL
+    grid = next((r["grid"] for r in of_kind(results, "device")), args.parity_grid)
+    missing = [c for c in args.cores if c not in rows]
+    status = "ok" if not problem and not missing and all("worst" in r for r in rows.values()) \
+        else "incomplete"
+    return dict(status=status, problem=problem, seconds=seconds, box_s=box, goal=PARITY_GOAL,
+                grid=grid, steps=args.steps, device=args.device, cores=rows,
+                device_name=device_names(results))
+
+
+def part_b(args, box: float) -> dict:
+    deadline = time.perf_counter() + box
+    rows, oracle, problems = [], [], []
+    devices = []
+
+    def left() -> float:
+        return deadline - time.perf_counter()
+
+    base = dict(device=args.device, steps=args.bench_steps, rounds=args.rounds)
+    graph = "cuda-graph" in args.modes
+    cuda = args.device.startswith("cuda")
+    plan = []
+    if "eager" in args.modes or graph:
+        plan += [dict(base, grid=g, cores=args.cores, mode="eager", graph=graph)
+                  for g in args.grids]
+    for g in args.grids:
+        for m in COMPILED_MODES:
+            if m not in args.modes:
+                continue
+            if m == "reduce-overhead" and not cuda:    # no process for what cannot run
+                rows += [dict(grid=g, core=c, mode=m, status="not run",
+                              reason="Inductor's CUDA graphs need a CUDA device (--device cpu)")
+                         for c in args.cores]
+                continue
+            plan += [dict(base, grid=g, core=c, mode=m) for c in args.cores]
+    for spec in plan:
+        names = spec["cores"] if spec["mode"] == "eager" else [spec["core"]]
+        wanted = ["eager", "cuda-graph"] if spec["mode"] == "eager" else [spec["mode"]]
+        wanted = [(c, m) for c in names for m in wanted if m in args.modes]
+        if left() < MIN_UNIT_S:
+            rows += [dict(grid=spec["grid"], core=c, mode=m, status="not run",
+                          reason=f"budget: {max(left(), 0):.0f} s left of part b's box")
+                     for c, m in wanted]
+            continue
+        beside = [o["ms"] for o in oracle if o["grid"] == spec["grid"]
+                  and o["core"] == names[0]]
+        if beside:
+            spec["oracle_ms"] = beside[0]
+        results, problem, _ = run_unit("speed", spec, left())
+        devices += of_kind(results, "device")
+        oracle += of_kind(results, "oracle")
+        got = {(r["core"], r["mode"]): r for r in of_kind(results, "speed")}
+        progress = of_kind(results, "progress")
+        for core, mode in wanted:
+            row = got.get((core, mode))
+            if row is None:
+                row = dict(grid=spec["grid"], core=core, mode=mode,
+                           status="not run" if problem else "failed",
+                           reason=problem or "no result")
+                if progress:
+                    row["warmup_s"] = progress[-1]["warmup_s"]
+                    row["reason"] += f" (after a warm-up of {row['warmup_s']:.0f} s)"
+            rows.append(row)
+        if problem:
+            problems.append(f"{spec['grid']} {','.join(names)} {spec['mode']}: {problem}")
+    rows.sort(key=lambda r: (args.grids.index(r["grid"]), args.cores.index(r["core"]),
+                             MODES.index(r["mode"])))
+    done = all(r.get("status") in ("ok",) or r.get("reason", "").startswith(("CUDA graphs need",
+                                                                              "Inductor's CUDA"))
+               for r in rows)
+    return dict(status="ok" if done and not problems else "incomplete", problems=problems,
+                seconds=box - left(), box_s=box, rows=rows, oracle=oracle,
+                grids=args.grids, modes=args.modes, steps=args.bench_steps, rounds=args.rounds,
+                device=args.device, device_name=devices[0]["name"] if devices else None)
+
+
+def train_settings(config_path: str) -> dict:
+    """What the data for ``config_path``'s training needs: its dti, the
+    snapshot spacing (steps_per_correction steps) and the horizon."""
+    from pompy.train.options import OPTIONS, load_model_config, read_train_group
+
+    defaults = {o.name: o.default for o in OPTIONS}
+    group = {**defaults, **read_train_group(config_path)}
+    config = load_model_config(config_path)
+    return dict(dti=config.dti, steps=int(group["steps_per_correction"]),
+                horizon=int(group["horizon"]), core=str(group["core"]),
+                grid=f"{config.im}x{config.jm}x{config.kb}")
+
+
+def shown(path: str) -> str:
+    """A path as the repository's commands write it (relative to the root)."""
+    try:
+        return str(Path(path).relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def part_c(args, box: float, work: Path) -> dict:
+    settings = train_settings(args.train_config)
+    every = settings["steps"] * settings["dti"] / 86400.0
+    snapshots = settings["horizon"] + args.train_batches      # samples: snapshots - horizon
+    data, output = work / "train_data", work / "train_run"
+    generate = ["generate", args.train_config, "--core", settings["core"], "--device",
+                args.device, "--members", "1", "--days", repr((snapshots - 1) * every),
+                "--every", repr(every), "--output", str(data), "--overwrite"]
+    spec = dict(config=args.train_config, data=str(data), output=str(output),
+                device=args.device, batches=args.train_batches, gate=args.train_gate,
+                generate=generate)
+    results, problem, seconds = run_unit("train", spec, box)
+    result = dict(config=shown(args.train_config), grid=settings["grid"], box_s=box,
+                  device=args.device, seconds=seconds, device_name=device_names(results),
+                  generate_command=shlex.join(["pompy", generate[0], shown(generate[1]),
+                                               *generate[2:]]))
+    for r in of_kind(results, "generate"):
+        result.update(generate_s=r["seconds"], generate_exit=r["exit_code"])
+    result["batches"] = [{k: v for k, v in b.items() if k not in ("kind", "batch")}
+                         for b in of_kind(results, "progress")]
+    trained = of_kind(results, "train")
+    if trained:
+        result.update({k: v for k, v in trained[0].items() if k not in ("kind", "batches")})
+    status = "ok" if trained and trained[0]["status"] == "ok" and not problem else "incomplete"
+    return dict(result, status=status, problem=problem or (trained[0].get("reason")
+                                                            if trained else "no result"))
+
+
+VERIFIED = re.compile(r"(\d+) of (\d+) checks passed in (\d+) s; certificate: (.+)")
+
+
+def part_d(args, box: float) -> dict:
+    command = [sys.executable, "-m", "pompy", "verify", args.verify_config, "--core", "implicit",
+               "--device", args.device, *shlex.split(args.verify_options)]
+    shown_command = shlex.join(["pompy", "verify", shown(args.verify_config), *command[5:]])
+    code, out, err, seconds = run_process(command, box)
+    result = dict(command=shown_command, exit_code=code, seconds=seconds, box_s=box, device=args.device)
+    found = VERIFIED.search(out)
+    if found:
+        passed, total, _, path = found.groups()
+        result.update(passed=int(passed), checks=int(total), certificate=path.strip())
+        try:
+            body = json.loads(Path(path.strip()).read_text())
+            result.update(suites_s=body.get("seconds"), device_name=body.get("device_name"),
+                          grid=body.get("key", {}).get("grid"), all_passed=body.get("passed"))
+        except (OSError, ValueError):
+            pass
+    if code is None:
+        problem = f"killed at its box of {box:.0f} s"
+    elif not found:
+        problem = f"exit {code}: " + ((err or out).strip().splitlines() or ["no output"])[-1][:400]
+    else:
+        problem = None if code == 0 else f"exit {code}: " + out.strip().splitlines()[-1][:400]
+    if problem:
+        sys.stderr.write(f"gpu_check: {shown_command}: {problem}\n{out[-2000:]}\n{err[-2000:]}\n")
+    return dict(result, status="ok" if problem is None else "incomplete", problem=problem)
+
+
+# ---- tables
+
+
+def fmt(x, spec: str = ".3g") -> str:
+    if x is None:
+        return ""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return format(x, spec)
+
+
+def table_a(part: dict) -> list[str]:
+    lines = [f"(a) float64 {part['device']} against CPU, {part['steps']} steps of the seamount "
+             f"({part['grid']}); goal {PARITY_GOAL:g} of each field's largest magnitude"
+             + (f"; {part['problem']}" if part.get("problem") else ""), "",
+             "| core | worst field | largest difference | goal | result | CPU s | device s "
+             "| u | v | t | s | el | q2 |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for core, row in part["cores"].items():
+        if "error" in row:
+            lines.append(f"| {core} | | | {PARITY_GOAL:g} | not measured: {row['error']} |"
+                         + " |" * 8)
+            continue
+        f = row["fields"]
+        lines.append(f"| {core} | {row['worst_field']} | {row['worst']:.2e} | {PARITY_GOAL:g} | "
+                     f"{'pass' if row['passed'] else 'FAIL'} | {row['cpu_s']:.1f} | "
+                     f"{row['device_s']:.1f} | "
+                     + " | ".join(f"{f.get(n, math.nan):.1e}" for n in ("u", "v", "t", "s",
+                                                                       "el", "q2")) + " |")
+    return lines
+
+
+def table_b(part: dict) -> list[str]:
+    lines = [f"(b) ms per internal step, float64, {part['device']}"
+             + (f" ({part['device_name']})" if part.get("device_name") else "")
+             + f": median of {part['rounds']} windows of {part['steps']} steps; against the "
+             "Fortran twin (-O3, one thread)", "",
+             "| grid | core | mode | ms / step | torch / oracle | warm-up (s) "
+             "| against eager | result |", "|---|---|---|---|---|---|---|---|"]
+    oracle = {(o["grid"], o["core"]): o for o in part["oracle"]}
+    for r in part["rows"]:
+        o = oracle.pop((r["grid"], r["core"]), None)
+        if o is not None:
+            lines.append(f"| {o['grid']} | {o['core']} | oracle | {o['ms']:.2f} | 1 | | | ok |")
+        result = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')}"
+        lines.append(f"| {r['grid']} | {r['core']} | {r['mode']} | {fmt(r.get('ms'), '.2f')} | "
+                     f"{fmt(r.get('ratio'), '.3f')} | {fmt(r.get('warmup_s'), '.1f')} | "
+                     f"{fmt(r.get('versus_eager'), '.1e')} | {result} |")
+    return lines
+
+
+def table_c(part: dict) -> list[str]:
+    gate = ("" if "certified" not in part else "under its certificate" if part["certified"]
+            else "no certificate for this grid: the gate answered by a stand-in")
+    lines = [f"(c) one training batch: {part['config']} ({part['grid']}), {part['device']}, "
+             f"{part.get('backend', '?')} group of world size {part.get('world_size')}, "
+             f"DDP {part.get('ddp')}; {gate}"
+             + (f"; {part['problem']}" if part.get("problem") else ""), "",
+             "| batch | seconds | peak memory (GB) | memory before (GB) | loss |",
+             "|---|---|---|---|---|"]
+    for n, b in enumerate(part.get("batches", [])):
+        peak = b.get("peak_gb", b.get("peak_rss_gb"))
+        kind = "" if "peak_gb" in b else " (peak RSS)"
+        lines.append(f"| {n} | {b['seconds']:.2f} | {fmt(peak, '.2f')}{kind} | "
+                     f"{fmt(b.get('before_gb'), '.2f')} | {b['loss']:.4g} |")
+    lines.append(f"\n`{part['generate_command']}`: {fmt(part.get('generate_s'), '.1f')} s; "
+                 f"the trainer built in {fmt(part.get('build_s'), '.1f')} s")
+    return lines
+
+
+def table_d(part: dict) -> list[str]:
+    passed = (f"{part['passed']} of {part['checks']}" if "passed" in part else "")
+    suites = part.get("suites_s") or {}
+    return [f"(d) the certificate run: `{part['command']}`"
+            + (f"; {part['problem']}" if part.get("problem") else ""), "",
+            "| checks passed | seconds | parity s | run s | gradcheck s | policies s | exit |",
+            "|---|---|---|---|---|---|---|",
+            f"| {passed} | {part['seconds']:.1f} | {fmt(suites.get('parity'), '.1f')} | "
+            f"{fmt(suites.get('run'), '.1f')} | {fmt(suites.get('gradcheck'), '.1f')} | "
+            f"{fmt(suites.get('policies'), '.1f')} | {part['exit_code']} |"]
+
+
+TABLES = {"a": table_a, "b": table_b, "c": table_c, "d": table_d}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda", help="cuda (cuda:N) or cpu (default cuda)")
+    p.add_argument("--parts", default="a,b,c,d", help="of a,b,c,d, comma separated")
+    p.add_argument("--budget", type=float, default=450.0,
+                   help="seconds for all the parts (default 450)")
+    p.add_argument("--json", type=Path, default=None, help="write every figure here")
+    p.add_argument("--steps", type=int, default=240, help="(a) steps (default 240)")
+    p.add_argument("--parity-grid", default="seamount",
+                   help="(a) IMxJMxKB of the seamount, or 'seamount': configs/seamount.nml")
+    p.add_argument("--cores", default="explicit,implicit", help="(a), (b) cores")
+    p.add_argument("--grids", default="256x256x31,360x240x25", help="(b) IMxJMxKB, ...")
+    p.add_argument("--modes", default=",".join(MODES), help=f"(b) of {','.join(MODES)}")
+    p.add_argument("--bench-steps", type=int, default=5, help="(b) steps per window")
+    p.add_argument("--rounds", type=int, default=3, help="(b) windows per row")
+    p.add_argument("--train-config", default=str(ROOT / "configs" / "train_360x240.nml"),
+                   help="(c) a training config (default configs/train_360x240.nml)")
+    p.add_argument("--train-batches", type=int, default=2, help="(c) batches timed")
+    p.add_argument("--train-gate", choices=("stand-in", "strict"), default="stand-in",
+                   help="(c) without a certificate for the grid: measure under a stand-in, "
+                        "or not at all")
+    p.add_argument("--verify-config", default=str(ROOT / "configs" / "train_tiny.nml"),
+                   help="(d) the config verified (default configs/train_tiny.nml)")
+    p.add_argument("--verify-options", default="",
+                   help="(d) more options for pompy verify, e.g. '--samples 1 --steps 1'")
+    p.add_argument("--work", type=Path, default=None,
+                   help="folder for (c)'s data and run (default: a temporary one)")
+    p.add_argument("--unit", help=argparse.SUPPRESS)
+    p.add_argument("--spec", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.unit:
+        return args
+    benchmark.check_device(args.device)
+    args.parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    args.cores = [x.strip() for x in args.cores.split(",") if x.strip()]
+    args.grids = [x.strip() for x in args.grids.split(",") if x.strip()]
+    args.modes = [x.strip() for x in args.modes.split(",") if x.strip()]
+    from pompy import cores
+
+    for name, given, allowed in (("--parts", args.parts, PARTS), ("--cores", args.cores,
+                                 cores.NAMES), ("--modes", args.modes, MODES)):
+        bad = [x for x in given if x not in allowed]
+        if bad or not given:
+            benchmark.refuse(f"{name} {','.join(given)}: of {','.join(allowed)}")
+    for spec in args.grids + ([] if args.parity_grid == "seamount" else [args.parity_grid]):
+        try:
+            grid_config(spec)
+        except Exception as exc:
+            benchmark.refuse(f"grid {spec}: {exc}")
+    if min(args.steps, args.bench_steps, args.rounds, args.train_batches) < 1 or args.budget <= 0:
+        benchmark.refuse("--steps, --bench-steps, --rounds, --train-batches and --budget: "
+                         "at least 1")
+    for name in ("train_config", "verify_config"):      # the children run in the root
+        path = Path(getattr(args, name)).resolve()
+        if not path.is_file():
+            benchmark.refuse(f"--{name.replace('_', '-')} {getattr(args, name)}: no such file")
+        setattr(args, name, str(path))
+    if args.work is not None:
+        args.work = args.work.resolve()
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.unit:
+        return run_unit_here(args.unit, json.loads(args.spec))
+    import torch
+
+    from pompy.oracle import Oracle
+
+    start = time.perf_counter()
+    Oracle()                    # built (if not yet) before the budget starts: not a part's time
+    setup_s = time.perf_counter() - start
+    budget = Budget(args.budget)
+    report = dict(command=shlex.join([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]),
+                  device=args.device, budget_s=args.budget, oracle_setup_s=setup_s,
+                  machine=dict(cpu=platform.processor() or platform.machine(),
+                               cpus=os.cpu_count(), torch=torch.__version__,
+                               cuda=torch.version.cuda, python=platform.python_version()),
+                  parts={})
+    print(f"gpu_check: parts {','.join(args.parts)} on {args.device}, budget {args.budget:.0f} s; "
+          f"torch {torch.__version__}, {os.cpu_count()} CPUs", flush=True)
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        todo = [p for p in ORDER if p in args.parts]
+        for i, name in enumerate(todo):
+            left = budget.left()
+            box = left * SHARES[name] / sum(SHARES[p] for p in todo[i:])
+            if left < MIN_PART_S:
+                part = dict(status="not run", problem=f"budget: {max(left, 0):.0f} s left")
+                print(f"\n({name}) not run: {part['problem']}", flush=True)
+            else:
+                part = {"a": lambda: part_a(args, box), "b": lambda: part_b(args, box),
+                        "c": lambda: part_c(args, box, work),
+                        "d": lambda: part_d(args, box)}[name]()
+                print("\n" + "\n".join(TABLES[name](part)), flush=True)
+            report["parts"][name] = part
+    report["elapsed_s"] = args.budget - budget.left()
+    print(f"\ngpu_check: {report['elapsed_s']:.0f} s; "
+          + ", ".join(f"({p}) {report['parts'][p]['status']}" for p in todo), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
