@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import netCDF4
 import numpy as np
@@ -373,12 +374,19 @@ def restart_bytes(config: Config) -> int:
     return values + 4096 * len(restart) + files.FULL_BYTES
 
 
-class Restart(NamedTuple):
+class _State(NamedTuple):
     state: dict          # restart variables, pom2k order
     iint: int            # the step the state is at
     time_days: float     # its model time
     time0: float         # the model time of iint 0
-    written: dict = {}   # how it was made: RESTART_ATTRIBUTES the file holds
+
+
+class Restart(_State):
+    """A restart's state, iint, time_days and time0 (unpacks as those four);
+    ``written``: the RESTART_ATTRIBUTES its file holds (read_restart sets
+    them; none for a state made in memory)."""
+
+    written: Mapping[str, Any] = MappingProxyType({})
 
 
 # The global attributes of a restart that say how it was made (pompy.driver
@@ -434,7 +442,9 @@ def read_restart(path: Path, config: Config | None = None) -> Restart:
         written = {name: ds.getncattr(name) for name in RESTART_ATTRIBUTES
                    if name in ds.ncattrs()}
     _check_depth(state, where)
-    return Restart(state, iint, time_days, time0, written)
+    saved = Restart(state, iint, time_days, time0)
+    saved.written = written
+    return saved
 
 
 def _restart_grid(ds, where: str, config: Config | None) -> tuple[int, int, int]:
