@@ -79,6 +79,9 @@ def shown_commands() -> list[tuple[str, str]]:
         blocks = [body for lang, body in fenced_blocks(text) if lang in SHELL_FENCES]
         if page.name == "README.md":
             blocks += indented_blocks(text)
+            # the commands table: one example per subcommand, its last column
+            blocks += [row.rstrip(" |").rsplit("|", 1)[1].strip().strip("`")
+                       for row in text.splitlines() if row.startswith("| `pompy ")]
         for block in blocks:
             for command in commands(block):
                 if re.search(r"(^|\s)(pompy|torchrun)(\s|$)|-m pompy", command):
@@ -163,6 +166,8 @@ def check_command(command: str) -> None:
 def test_commands_are_found():
     shown = shown_commands()
     firsts = {c.split()[0] for _, c in shown}
+    readme = {c.split()[1] for page, c in shown if page == "README.md" and c.startswith("pompy ")}
+    assert {"run", "compare", "config", "setup", "verify", "generate", "train", "report"} <= readme
     assert len(shown) > 20 and {"pompy", "torchrun", "python3"} <= firsts, shown
 
 
