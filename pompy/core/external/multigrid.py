@@ -48,9 +48,12 @@ from pompy.core.external.cg import FivePoint, _apply, _Interior, _interior
 # Gauss-Seidel sweeps (red and black) before and after each coarse correction
 SWEEPS = 2
 # the coarsest level: coarsening stops once the interior is this small in
-# either direction, where SWEEPS_COARSEST symmetric sweeps solve it
+# either direction, where SWEEPS_COARSEST symmetric sweeps solve it (its
+# own terms, 4^levels times the finest's, dominate there: 1, 2, 4 or 8
+# sweeps all gave 12-14 iterations on the seamount grids at dti 600 s, and
+# 13-16 with every face 16 times stiffer)
 COARSEST = 3
-SWEEPS_COARSEST = 8
+SWEEPS_COARSEST = 2
 # a coarse face's coefficient: this times the sum of the two fine faces it
 # covers (the module docstring; measured at dti 600 s on the seamount at
 # 360x240 and 720x480: 14 iterations to 1e-12, the Galerkin sum's 1.0 30)
@@ -61,9 +64,8 @@ class Level(NamedTuple):
     """One grid of the hierarchy, with what its cycle reads."""
     a: FivePoint
     stencil: _Interior     # a's coefficients as cg._apply reads them
-    inverse: Tensor        # 1/diag on the active cells, 1 elsewhere
-    red: Tensor            # (i + j) even: the first colour
-    black: Tensor
+    red: Tensor            # 1/diag on the cells of (i + j) even, the first colour; 0 elsewhere
+    black: Tensor          # the same on the other cells (land and ring: 1/1)
     active: Tensor         # a.active's interior (what restriction sums)
 
 
@@ -73,7 +75,9 @@ def _level(a: FivePoint) -> Level:
     j = torch.arange(jm, device=a.diag.device)[None, :]
     red = (i + j) % 2 == 0
     inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
-    return Level(a, _interior(a), inverse, red, ~red, a.active[1:im - 1, 1:jm - 1])
+    zero = torch.zeros_like(inverse)
+    return Level(a, _interior(a), torch.where(red, inverse, zero), torch.where(red, zero, inverse),
+                 a.active[1:im - 1, 1:jm - 1])
 
 
 def _pairs(a: Tensor) -> Tensor:
@@ -145,9 +149,9 @@ def prolong(e: Tensor, fine: Level) -> Tensor:
 
 def _sweep(level: Level, x: Tensor, r: Tensor, colour: Tensor) -> Tensor:
     """A Gauss-Seidel half-sweep of A x = r on the cells of one colour
-    (whose neighbours all have the other)."""
-    return x + torch.where(colour, (r - _apply(level.stencil, x)) * level.inverse,
-                           torch.zeros_like(x))
+    (``colour``: their 1/diag, 0 on the others; a cell's neighbours all
+    have the other colour)."""
+    return x + colour * (r - _apply(level.stencil, x))
 
 
 def _smooth(level: Level, x: Tensor, r: Tensor, sweeps: int, first: Tensor, second: Tensor
@@ -157,14 +161,20 @@ def _smooth(level: Level, x: Tensor, r: Tensor, sweeps: int, first: Tensor, seco
     return x
 
 
+def _presmooth(level: Level, r: Tensor, sweeps: int) -> Tensor:
+    """``sweeps`` red-black sweeps from x = 0 (the first half-sweep's
+    residual is r itself)."""
+    x = _sweep(level, level.red * r, r, level.black)
+    return _smooth(level, x, r, sweeps - 1, level.red, level.black)
+
+
 def v_cycle(levels: list[Level], r: Tensor, k: int = 0) -> Tensor:
     """M r: one V-cycle from level k for A x = r, from x = 0."""
     level = levels[k]
-    x = torch.zeros_like(r)
     if k == len(levels) - 1:
-        x = _smooth(level, x, r, SWEEPS_COARSEST, level.red, level.black)
+        x = _presmooth(level, r, SWEEPS_COARSEST)
         return _smooth(level, x, r, SWEEPS_COARSEST, level.black, level.red)
-    x = _smooth(level, x, r, SWEEPS, level.red, level.black)
+    x = _presmooth(level, r, SWEEPS)
     coarse = v_cycle(levels, restrict(r - _apply(level.stencil, x), level), k + 1)
     x = x + prolong(coarse, level)
     return _smooth(level, x, r, SWEEPS, level.black, level.red)
