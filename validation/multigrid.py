@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from pompy.config import load_config
+from pompy.config import Config, load_config
 from pompy.core.external import cg, multigrid
 from pompy.core.external import implicit as scheme
 from pompy.core.implicit import ImplicitCore
@@ -87,6 +87,7 @@ def main() -> None:
     print("| grid | unknowns | Jacobi iterations | Jacobi ms/solve | multigrid iterations "
           "| multigrid ms/solve | levels | multigrid vs Jacobi |")
     print("|---|---|---|---|---|---|---|---|")
+    beyond = []
     for grid in args.grids.split(","):
         im, jm = (int(n) for n in grid.split("x"))
         a, b = equation(im, jm, args.dti, args.kb, args.device)
@@ -96,6 +97,12 @@ def main() -> None:
         diff = float((x_m - x_j).norm() / x_j.norm())
         print(f"| {im}x{jm} | {int(a.active.sum())} | {n_j} | {t_j * 1e3:.1f} | {n_m} "
               f"| {t_m * 1e3:.1f} | {levels} | {diff:.1e} |", flush=True)
+        if n_j > Config().cg_maxiter:
+            beyond.append(grid)
+    if beyond:
+        print(f"\nJacobi needs more than the default cg_maxiter ({Config().cg_maxiter}) on "
+              f"{', '.join(beyond)}: a run there stops (NotConverged) unless cg_maxiter is "
+              "raised or preconditioner = 'multigrid'")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nload average {load:.2f} at the end")
 

@@ -65,7 +65,7 @@ class Level(NamedTuple):
     a: FivePoint
     stencil: _Interior     # a's coefficients as cg._apply reads them
     red: Tensor            # 1/diag on the cells of (i + j) even, the first colour; 0 elsewhere
-    black: Tensor          # the same on the other cells (land and ring: 1/1)
+    black: Tensor          # likewise on the other cells (land and the ring: 1, identity rows)
     active: Tensor         # a.active's interior (what restriction sums)
 
 
