@@ -434,7 +434,7 @@ def read_namelist(path: str | Path) -> dict[str, Any]:
             values["policies"] = {name: value for body in _bodies(bodies)
                                   for name, value in body.items()}
             continue
-        if group == TRAIN_GROUP:
+        if group in (TRAIN_GROUP, "generate"):     # pompy.train, pompy.generate read them
             continue
         for body in _bodies(bodies):
             for name, value in body.items():

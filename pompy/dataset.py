@@ -16,6 +16,9 @@ snapshot is one contiguous read) holds:
     perturbation_seed(member)   int64  the seed of its perturbation (-1: none; pompy.generate)
     wind_factor(member)         f8     the member's wind_factor (pompy.generate --perturb
                                        wind; absent in files written before it: 1.0)
+    snapshots(member)           int32  the member's snapshots written whole, from time 0
+                                       (all of them in a complete file; an interrupted
+                                       generation's ``.partial`` file holds fewer)
     time(time)                  f8     model time, days since 2000-01-01 (iint 0 at time0)
     iint(time)                  int32  the internal step of each snapshot
     the grid                    f8     every "grid" variable of pompy.variables, once:
@@ -34,7 +37,10 @@ state (perturbed for m > 0), then one snapshot every ``every`` days.
 Global attributes: ``dataset_format``, the config as ``namelist``,
 ``source_hash`` (pompy.provenance.source_hash), ``core``, ``dtype``,
 ``torch_version``, ``days``, ``every_days``, ``steps_between_snapshots``,
-``dti``, ``time0``, ``members`` (in the whole ensemble), ``seed``,
+``dti``, ``time0``, ``target_model`` (the model that made the trajectories,
+in words: core, dti, dte, isplit, grid), ``config_dti`` and ``config_dte``
+(the steps of the config it was generated for: a reference at a shorter
+dti than the physics that trains on it, pompy.generate.reference_config), ``members`` (in the whole ensemble), ``seed``,
 ``perturb``, ``amplitude``, ``perturbation`` (in words), ``rank``,
 ``world_size``, ``state_variables`` and ``grid_variables``.
 
@@ -141,13 +147,16 @@ class _FileInfo:
             self.time = np.asarray(ds["time"][:], dtype=np.float64)
             self.iint = np.asarray(ds["iint"][:], dtype=np.int64)
             self.time0 = float(ds.time0)
+            self.core, self.dti = str(ds.core), float(ds.dti)
+            self.target_model = str(getattr(ds, "target_model", f"pompy {self.core} core at "
+                                                                 f"dti = {self.dti:g} s"))
             self.namelist, self.source_hash = ds.namelist, ds.source_hash
             self.state = ds.state_variables.split()
             self.grid = ds.grid_variables.split()
 
     def same_run(self, other: _FileInfo) -> str | None:
         """What differs between two files of one dataset, or None."""
-        for what in ("namelist", "source_hash", "state", "grid", "time0"):
+        for what in ("namelist", "source_hash", "core", "state", "grid", "time0"):
             if getattr(self, what) != getattr(other, what):
                 return what
         if not np.array_equal(self.iint, other.iint):
@@ -205,6 +214,12 @@ class SnapshotDataset(Dataset):
                 if m in seen:
                     raise ValueError(f"member {m} is in both {seen[m]} and {info.path}")
                 seen[m] = info.path
+
+    @property
+    def model(self) -> dict:
+        """What made the trajectories: {"core", "dti", "description"}."""
+        first = self._files[0]
+        return {"core": first.core, "dti": first.dti, "description": first.target_model}
 
     @property
     def members(self) -> list[int]:

@@ -1,18 +1,42 @@
 """``pompy generate``: training datasets from ensembles of model runs.
 
-    pompy generate CONFIG --days D --every E --output DIR [--core explicit]
-        [--members N] [--perturb ic|wind] [--amplitude A] [--seed S]
-        [--device cpu|cuda] [--dtype float64|float32] [--overwrite] [--force]
-        [--set NAME=VALUE]
+    pompy generate CONFIG --output DIR [--days D --every E] [--core explicit]
+        [--reference_dti S --reference_dte S] [--spinup D] [--members N]
+        [--perturb ic|wind] [--amplitude A] [--seed S] [--device cpu|cuda]
+        [--dtype float64|float32] [--overwrite | --resume] [--force] [--set NAME=VALUE]
     torchrun --nproc_per_node=K -m pompy.generate CONFIG ...   (same arguments)
 
-runs N members of a core for D days each on the generation fast path
-(Core.run_generation_day: no gradients, detached snapshots) and writes
-``DIR/dataset.nc``: per member and snapshot every field a core needs to
-continue bit for bit (the variable table's "snapshot" category; the grid
-once), at time 0 and every E days; the format is documented in
-pompy.dataset, which reads it. E must be a whole number of internal steps
-dti and D a whole number of E.
+runs N members of a core, the reference, for D days each on the
+generation fast path (Core.run_generation_day: no gradients, detached
+snapshots) and writes ``DIR/dataset.nc``: per member and snapshot every
+field a core needs to continue bit for bit (the variable table's
+"snapshot" category; the grid once), at the first snapshot and every E
+days; the format is documented in pompy.dataset, which reads it. E must
+be a whole number of the reference's internal steps dti and D a whole
+number of E.
+
+Settings. The config's ``&generate`` group holds the settings (SETTINGS:
+members, days, every, core, reference_dti, reference_dte, spinup,
+perturb, amplitude, seed, device, dtype), so that ``pompy generate
+CONFIG --output DIR`` needs no more; a flag given overrides the group.
+
+The reference. The trajectories are the targets a corrector learns, so
+they come from a better model than the physics that trains on them (the
+config's ``&train`` core at the config's dti): by default pom2k's own
+split-explicit core (``core``), at an internal step ``reference_dti``
+shorter than the config's (out of external steps of ``reference_dte``;
+pompy.generate.reference_config), on the same grid. The dataset's
+``target_model`` attribute says which model made it (core, dti, dte,
+isplit, grid) and ``config_dti`` the physics' step; the trainer reads it
+and warns when the two are the same model and step. ``spinup`` days run
+from the set-up before the first snapshot, unrecorded.
+
+Interrupts. SIGINT and SIGTERM alike close the file: no temporary file
+stays, the snapshots finished (each member's count in the variable
+``snapshots``) are kept in ``DIR/dataset.nc.partial``, and the command
+says so with the command that continues; ``--resume`` goes on from them
+to the same bits as an uninterrupted run (the settings and sources
+checked against the partial file's).
 
 Members. Member 0 is the unperturbed run. Member m > 0 is perturbed from
 the seed pair (S, m): its perturbation seed is
@@ -65,34 +89,38 @@ leaves no partial dataset.
 from __future__ import annotations
 
 if __name__ == "__main__":      # torchrun's workers: tcmalloc before torch loads
-    from pompy.utils.allocator import reexec     # (pompy.utils.allocator)
+    from pompy.utils.allocator import reexec  # (pompy.utils.allocator)
     reexec()
 
 import argparse
+import dataclasses
 import math
 import os
+import shlex
 import shutil
+import signal
 import sys
 import time as _time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+import f90nml
+import netCDF4
 import numpy as np
 import torch
 
 from pompy import __version__, cores, variables
 from pompy.calls import apply
-from pompy.config import Config, load_config
-from pompy.core.model import Core, forward_only
+from pompy.config import Config, ConfigError, load_config
 from pompy.core.ensemble import Ensemble
+from pompy.core.model import Core, forward_only
 from pompy.dataset import FORMAT, dataset_file, grid_fields, state_fields
 from pompy.driver import COMPILED, COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.io import _axes, _create, _define, _to_cf
 from pompy.provenance import source_hash
 from pompy.resources import gigabytes
-
 
 PERTURBATIONS = ("ic", "wind")
 # --amplitude of each kind when not given
@@ -139,6 +167,118 @@ def schedule(config: Config, days: float, every: float) -> tuple[int, int]:
     records = _whole(days, every_days, config, f"--days {days:g}",
                      f"--every = {_days(steps, config)} days ({steps} steps of dti = {config.dti:g} s)")
     return steps, records
+
+
+# ---------------------------------------------------------------- the &generate group
+
+GENERATE_GROUP = "generate"
+
+
+class Setting(NamedTuple):
+    """One generation setting: a flag (``--name``) and a name of the
+    config's ``&generate`` group; the flag overrides the group, the group
+    the default."""
+    name: str
+    type: type
+    default: object
+    help: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("days", float, None, "model days each member runs (a whole number of --every)"),
+    Setting("every", float, None, "days between snapshots (a whole number of the reference's dti; "
+            "for training, one correction cycle)"),
+    Setting("members", int, 1, "ensemble size N"),
+    Setting("core", str, cores.DEFAULT, "the reference core that makes the trajectories"),
+    Setting("reference_dti", float, 0.0, "the reference's internal step dti in s (0: the "
+            "config's dte*isplit); the physics that trains on the data keeps the config's"),
+    Setting("reference_dte", float, 0.0, "the reference's external step dte in s (0: the "
+            "config's dte); isplit = reference_dti / dte, a whole number"),
+    Setting("spinup", float, 0.0, "days the reference runs from the set-up (and the "
+            "perturbation) before the first snapshot, unrecorded: the data then starts from a "
+            "spun-up state (a whole number of the reference's dti)"),
+    Setting("perturb", str, "ic", "perturbation of members m > 0 (ic: initial temperature noise; "
+            "wind: a wind stress factor per member)"),
+    Setting("amplitude", float, None, "perturbation amplitude: degC for ic (default 0.01), "
+            "relative for wind (default 0.1)"),
+    Setting("seed", int, 0, "ensemble seed S"),
+    Setting("device", str, "cpu", "torch device: cpu, cuda (cuda:LOCAL_RANK under torchrun), "
+            "cuda:N"),
+    Setting("dtype", str, "float64", "precision of the core (stored as float64)"),
+)
+SETTING = {s.name: s for s in SETTINGS}
+
+
+def read_generate_group(path: str | Path) -> dict[str, object]:
+    """The ``&generate`` group of a config file ({} if none), each value
+    of its setting's type; an unknown name or a value of another type is
+    an InputError naming it."""
+    try:
+        nml = f90nml.read(str(path))
+    except (OSError, ValueError, AssertionError, StopIteration, IndexError, KeyError,
+            TypeError) as err:
+        raise InputError(f"cannot read {path}: {err}") from err
+    group = {str(k).lower(): v for k, v in dict(nml.get(GENERATE_GROUP, {})).items()}
+    values = {}
+    for name, value in group.items():
+        if name not in SETTING:
+            raise InputError(f"{path}: &{GENERATE_GROUP} has unknown setting {name!r}; known: "
+                             f"{', '.join(SETTING)}")
+        kind = SETTING[name].type
+        ok = (isinstance(value, str) if kind is str else
+              isinstance(value, int) and not isinstance(value, bool) if kind is int else
+              isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not ok:
+            raise InputError(f"{path}: &{GENERATE_GROUP} {name} = {value!r}: expected a "
+                             f"{kind.__name__}")
+        values[name] = kind(value)
+    return values
+
+
+def resolve_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """The generation settings: defaults, then the config's &generate
+    group, then the flags given (a flag not given parses to None)."""
+    merged = {s.name: s.default for s in SETTINGS} | read_generate_group(args.config)
+    merged |= {s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name) is not None}
+    if not (merged["spinup"] >= 0 and math.isfinite(merged["spinup"])):
+        raise InputError(f"spinup = {merged['spinup']}: a number of days >= 0")
+    for name in ("days", "every"):
+        if merged[name] is None:
+            raise InputError(f"--{name}: give it, or set {name} in the config's &{GENERATE_GROUP} "
+                             "group")
+        if not (merged[name] > 0 and math.isfinite(merged[name])):
+            raise InputError(f"{name} = {merged[name]}: a number of days > 0")
+    if merged["dtype"] not in ("float64", "float32"):
+        raise InputError(f"dtype = {merged['dtype']!r}: float64 or float32")
+    return argparse.Namespace(**merged)
+
+
+def reference_config(config: Config, dti: float = 0.0, dte: float = 0.0) -> Config:
+    """The config the reference runs under: ``config`` with the internal
+    step ``dti`` (0: the config's) out of external steps of ``dte`` (0:
+    the config's dte), isplit = dti / dte a whole number; all else the
+    config's. InputError naming a step that does not divide."""
+    if not (dti >= 0 and dte >= 0 and math.isfinite(dti) and math.isfinite(dte)):
+        raise InputError(f"reference_dti = {dti}, reference_dte = {dte}: >= 0 (0: the config's)")
+    if dti == 0 and dte == 0:
+        return config
+    dti = dti or config.dti
+    dte = dte or config.dte
+    isplit = round(dti / dte)
+    if isplit < 1 or not math.isclose(isplit * dte, dti, rel_tol=1e-12):
+        raise InputError(f"reference_dti = {dti:g} s is not a whole number of reference_dte = "
+                         f"{dte:g} s; set reference_dte to a divisor of it")
+    try:
+        return dataclasses.replace(config, dte=dte, isplit=isplit)
+    except ConfigError as err:
+        raise InputError(f"the reference (dte = {dte:g} s, isplit = {isplit}): {err}") from err
+
+
+def describe_model(core: str, config: Config) -> str:
+    """The model that made a dataset's trajectories, in words."""
+    return (f"pompy {core} core ({cores.get(core).description}) at dti = {config.dti:g} s "
+            f"(dte = {config.dte:g} s x isplit = {config.isplit}), {config.im}x{config.jm}x"
+            f"{config.kb}")
 
 
 # ---------------------------------------------------------------- members
@@ -203,12 +343,15 @@ def _numpy(record: Mapping, name: str) -> np.ndarray:
 
 class DatasetWriter:
     """A dataset file (pompy.dataset's format) written snapshot by snapshot
-    into ``path``.tmp, renamed to ``path`` by :meth:`close` (``complete``)."""
+    into ``path``.tmp, renamed to ``path`` by :meth:`close` (``complete``),
+    or, interrupted, kept as ``path``.partial for ``--resume``. The
+    variable ``snapshots(member)`` counts each member's snapshots written
+    whole, from time 0 (all of them in a complete file)."""
 
     def __init__(self, path: Path, config: Config, grid: Mapping, members: list[int],
                  seeds: list[int], wind_factors: list[float], iints: list[int], time0: float,
                  attributes: dict):
-        self.path, self.tmp = Path(path), Path(path).with_name(Path(path).name + ".tmp")
+        self.path, self.tmp, self.partial = Path(path), temporary_file(path), partial_file(path)
         ds = self.ds = _create(self.tmp, config, f"{config.title}: pompy generate dataset",
                                attributes)
         ds.createDimension("member", len(members))
@@ -221,6 +364,9 @@ class DatasetWriter:
         self._index("wind_factor", "f8", wind_factors,
                     "factor on the wind stress the member ran with (config wind_factor; "
                     "a restart from its snapshots needs it)", dim="member")
+        self._index("snapshots", "i4", [0] * len(members),
+                    "the member's snapshots written whole, from time 0 (all: complete)",
+                    dim="member")
         t = self._index("time", "f8", [config.dti * n / 86400 + time0 for n in iints], "model time")
         t.units, t.standard_name, t.calendar, t.axis = \
             "days since 2000-01-01 00:00:00", "time", "standard", "T"
@@ -233,6 +379,21 @@ class DatasetWriter:
         for name in state_fields():
             _define(ds, name, ("member", "time"), compress=False, located=True)
         self.iints = iints
+        self.done = [0] * len(members)
+
+    @classmethod
+    def reopen(cls, path: Path) -> DatasetWriter:
+        """The writer of an interrupted file, ``path``.partial, copied to
+        ``path``.tmp and opened to go on (the partial file stays until the
+        dataset is complete)."""
+        self = cls.__new__(cls)
+        self.path, self.tmp, self.partial = Path(path), temporary_file(path), partial_file(path)
+        shutil.copyfile(self.partial, self.tmp)
+        self.ds = netCDF4.Dataset(self.tmp, "a")
+        self.ds.set_auto_mask(False)
+        self.iints = [int(n) for n in self.ds["iint"][:]]
+        self.done = [int(n) for n in self.ds["snapshots"][:]]
+        return self
 
     def _index(self, name, kind, values, long_name, dim=None, **attrs):
         v = self.ds.createVariable(name, kind, (dim or name,))
@@ -247,13 +408,57 @@ class DatasetWriter:
             raise RuntimeError(f"snapshot {n} is at iint {record['iint']}, expected {self.iints[n]}")
         for name in state_fields():
             self.ds[name][member, n] = _to_cf(_numpy(record, name))
+        if n + 1 > self.done[member]:            # counted once every field is in
+            self.done[member] = n + 1
+            self.ds["snapshots"][member] = n + 1
 
-    def close(self, complete: bool) -> None:
+    def read(self, member: int, n: int, device, dtype: torch.dtype) -> dict:
+        """Snapshot n of the file's member ``member`` as a snapshot record
+        (pom2k order, the core's device and dtype), to continue from."""
+        record = {name: torch.from_numpy(np.ascontiguousarray(
+            np.asarray(self.ds[name][member, n], dtype=np.float64).T)).to(device=device, dtype=dtype)
+            for name in state_fields()}
+        return dict(record, iint=self.iints[n], time0=float(self.ds.time0))
+
+    def close(self, complete: bool, keep: bool = False) -> Path | None:
+        """Close the file: complete, renamed to ``path``; else, with
+        ``keep`` and a snapshot written, kept as ``path``.partial
+        (returned); else removed. No temporary file is left either way."""
         self.ds.close()
         if complete:
             self.tmp.replace(self.path)
-        else:
-            self.tmp.unlink(missing_ok=True)
+            self.partial.unlink(missing_ok=True)
+            return self.path
+        if keep and any(self.done):
+            self.tmp.replace(self.partial)
+            return self.partial
+        self.tmp.unlink(missing_ok=True)
+        return None
+
+    def kept(self, members: list[int]) -> str:
+        """What a partial file holds, in words."""
+        total = len(self.iints)
+        return ", ".join(f"member {m}: {d} of {total} snapshots" for m, d in zip(members, self.done))
+
+
+def temporary_file(path: Path) -> Path:
+    """Where a dataset file is written until it is complete."""
+    return Path(path).with_name(Path(path).name + ".tmp")
+
+
+def partial_file(path: Path) -> Path:
+    """Where an interrupted dataset file's finished snapshots are kept
+    (the readers' patterns, dataset.nc and dataset_rank*.nc, miss it)."""
+    return Path(path).with_name(Path(path).name + ".partial")
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM during a generation (raised by the handler that
+    run_command installs, so that the files are closed as for Ctrl-C)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 # ---------------------------------------------------------------- generation
@@ -293,13 +498,21 @@ def _run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pert
                 seed: int, amplitude: float, wind: float, steps: int, records: int) -> None:
     """One member from the set-up ``start`` with wind factor ``wind``:
     perturbed (seed >= 0), its time-0 snapshot, then ``records`` snapshots
-    every ``steps`` steps."""
-    core.restore(start)
+    every ``steps`` steps; a member the writer holds snapshots of (an
+    interrupted file, --resume) goes on from its last one."""
+    done = writer.done[local]
+    if done:
+        core.restore({**start, **writer.read(local, done - 1, core.device, core.dtype)})
+    else:
+        core.restore(start)
     core.params = dict(core.params, wind_factor=wind)     # what surface_forcing reads
-    if seed >= 0 and perturb == "ic":
-        perturb_ic(core, seed, amplitude)
-    writer.write(local, 0, core.snapshot())
-    for n in range(1, records + 1):
+    if not done:
+        if seed >= 0 and perturb == "ic":
+            perturb_ic(core, seed, amplitude)
+        if writer.iints[0]:                  # the spin-up, unrecorded
+            core.run_generation_day(writer.iints[0], capture_interval=0)
+        writer.write(local, 0, core.snapshot())
+    for n in range(max(done, 1), records + 1):
         (record,) = core.run_generation_day(steps, capture_interval=steps)
         core.generation_records.clear()     # written: the core need not keep it
         writer.write(local, n, record)
@@ -338,23 +551,33 @@ def _run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list
                   perturb: str, seeds: list[int], amplitude: float, winds: list[float],
                   steps: int, records: int) -> None:
     """The process's members as one Ensemble: each perturbed from ``start``
-    and given its wind factor as _run_member does, then stepped together."""
+    and given its wind factor as _run_member does, then stepped together;
+    with snapshots already written (--resume), from the last one every
+    member has."""
+    done = min(writer.done)
     initial = []
-    for m_seed in seeds:
-        model.restore(start)
-        if m_seed >= 0 and perturb == "ic":
-            perturb_ic(model, m_seed, amplitude)
+    for local, m_seed in enumerate(seeds):
+        if done:
+            model.restore({**start, **writer.read(local, done - 1, model.device, model.dtype)})
+        else:
+            model.restore(start)
+            if m_seed >= 0 and perturb == "ic":
+                perturb_ic(model, m_seed, amplitude)
         initial.append(model.snapshot())
     ens = Ensemble(model, len(members))
     for local, (record, wind) in enumerate(zip(initial, winds)):
         ens.load_member(local, {n: record[n] for n in ens.state if n in record})
         if wind != model.params["wind_factor"]:
             ens.set_member_params(local, wind_factor=wind)
-        writer.write(local, 0, record)
+    spin = writer.iints[0]
     try:
         with forward_only(model):
-            for n in range(1, records + 1):
-                ens.advance(n * steps)
+            if not done:
+                ens.advance(spin)            # the spin-up, unrecorded (none: iint 0)
+                for local, record in enumerate(initial):
+                    writer.write(local, 0, ens.snapshot(local) if spin else record)
+            for n in range(max(done, 1), records + 1):
+                ens.advance(spin + n * steps)
                 for local in range(len(members)):
                     writer.write(local, n, ens.snapshot(local))
     except ModelStop as exc:
@@ -375,7 +598,8 @@ class Plan(NamedTuple):
 
 def plan(config: Config, output_dir: Path, days: float, every: float, core: str, members: int,
          perturb: str, amplitude: float, seed: int, device: str, dtype: str, overwrite: bool,
-         force: bool, environ: Mapping[str, str], compile: bool = False) -> Plan:
+         force: bool, environ: Mapping[str, str], compile: bool = False,
+         resume: bool = False) -> Plan:
     """Every check before the run (InputError naming what is wrong): the
     choices, the torchrun split, the schedule, the device, the output
     folder and file, memory and disk."""
@@ -395,6 +619,7 @@ def plan(config: Config, output_dir: Path, days: float, every: float, core: str,
     mine = list(range(rank, members, world))
     path = dataset_file(output_dir, rank, world)
     prepare_output(Path(output_dir), (path,), overwrite)
+    _check_partial(path, resume, overwrite)
     check_memory(config, core, dtype, force,
                  len(mine) if batched(config, core, perturb, len(mine), dtype, compile, device) else 1)
     _check_disk(Path(output_dir), estimate_dataset_bytes(config, len(mine), records + 1), force)
@@ -405,7 +630,8 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
              members: int = 1, perturb: str = "ic", amplitude: float | None = None,
              seed: int = 0, device: str = "cpu", dtype: str = "float64", overwrite: bool = False,
              force: bool = False, environ: Mapping[str, str] | None = None,
-             log=None, compile: bool = False) -> Path:
+             log=None, compile: bool = False, reference_dti: float = 0.0,
+             reference_dte: float = 0.0, resume: bool = False, spinup: float = 0.0) -> Path:
     """Write this process's dataset file (see the module docstring) and
     return its path; InputError before anything runs for bad input,
     ModelStop (with ``member`` set) if a member blows up. ``amplitude``:
@@ -413,26 +639,48 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
     where RANK and WORLD_SIZE are read (default os.environ); ``log``: the
     stream of the size line and per-member lines (default stderr);
     ``compile``: the core's steps as whole torch.compile graphs, the members
-    one after another (a dataset equal to the uncompiled one's)."""
+    one after another (a dataset equal to the uncompiled one's).
+    ``reference_dti``, ``reference_dte``: the reference's steps
+    (reference_config; 0: the config's). ``spinup``: days run before the
+    first snapshot, unrecorded (a whole number of dti). ``resume``: go on from the
+    ``.partial`` file an interrupted generation of the same settings kept.
+    Interrupted (KeyboardInterrupt, or :class:`Interrupted`), the finished
+    snapshots are kept in the ``.partial`` file (``self.kept`` of the
+    exception: that file and what it holds) and no temporary file stays."""
     log = sys.stderr if log is None else log
     if amplitude is None and perturb in DEFAULT_AMPLITUDES:
         amplitude = DEFAULT_AMPLITUDES[perturb]
+    physics = config
+    config = reference_config(config, reference_dti, reference_dte)
     p = plan(config, output_dir, days, every, core, members, perturb, amplitude, seed, device,
-             dtype, overwrite, force, os.environ if environ is None else environ, compile)
+             dtype, overwrite, force, os.environ if environ is None else environ, compile, resume)
+    spin = _whole(spinup, config.dti / 86400, config, f"spinup {spinup:g}",
+                  f"dti = {config.dti:g} s") if spinup > 0 else 0
+    attributes = _attributes(config, core, dtype, days, p.steps, members, perturb, amplitude,
+                             seed, p.rank, p.world, compile, physics)
+    attributes["spinup_steps"] = spin
+    if resume:
+        _check_resumed(partial_file(p.path), config, attributes)
     prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
     size = estimate_dataset_bytes(config, len(p.members), p.records + 1)
     print(f"{prefix}: {p.path} will take about {size / 1e6:.3g} MB ({len(p.members)} members x "
-          f"{p.records + 1} snapshots, every {p.steps} steps)", file=log, flush=True)
+          f"{p.records + 1} snapshots, every {p.steps} steps of the {core} core at dti = "
+          f"{config.dti:g} s)", file=log, flush=True)
     if compile:
         print(f"{prefix}: {COMPILING}", file=log, flush=True)
     model = _set_up(core, config, p.device, dtype, compile)
     start = model.capture()
     seeds = [member_seed(seed, m) for m in p.members]
     winds = [wind_factor(config, perturb, m_seed, amplitude) for m_seed in seeds]
-    attributes = _attributes(config, core, dtype, days, p.steps, members, perturb, amplitude,
-                             seed, p.rank, p.world, compile)
-    writer = DatasetWriter(p.path, config, start, p.members, seeds, winds,
-                           [n * p.steps for n in range(p.records + 1)], start["time0"], attributes)
+    if resume:
+        writer = DatasetWriter.reopen(p.path)
+        print(f"{prefix}: resuming {writer.partial} ({writer.kept(p.members)})", file=log,
+              flush=True)
+    else:
+        writer = DatasetWriter(p.path, config, start, p.members, seeds, winds,
+                               [spin + n * p.steps for n in range(p.records + 1)],
+                               start["time0"],
+                               attributes)
     complete = False
     try:
         if batched(config, core, perturb, len(p.members), dtype, compile, p.device):
@@ -445,6 +693,8 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
             complete = True
             return p.path
         for local, (m, m_seed, wind) in enumerate(zip(p.members, seeds, winds)):
+            if writer.done[local] == p.records + 1:
+                continue                  # finished before the interruption
             began = _time.perf_counter()
             try:
                 _run_member(model, start, writer, local, perturb, m_seed, amplitude, wind,
@@ -455,9 +705,56 @@ def generate(config: Config, output_dir: Path, days: float, every: float, core: 
             print(f"{prefix}: member {m}: {p.records * p.steps} steps in "
                   f"{_time.perf_counter() - began:.2f} s", file=log, flush=True)
         complete = True
+    except (KeyboardInterrupt, Interrupted) as exc:
+        kept = writer.close(False, keep=True)
+        exc.kept = (kept, writer.kept(p.members) if kept is not None else "")
+        writer = None
+        raise
     finally:
-        writer.close(complete)           # renamed into place only when complete
+        if writer is not None:
+            writer.close(complete)       # renamed into place only when complete
     return p.path
+
+
+def _check_partial(path: Path, resume: bool, overwrite: bool) -> None:
+    """--resume needs the .partial file of an interrupted generation; a
+    fresh one refuses to start over it unless --overwrite."""
+    partial = partial_file(path)
+    if resume and not partial.is_file():
+        raise InputError(f"--resume: {partial} does not exist: no interrupted generation to "
+                         "continue here (run without --resume)")
+    if not resume and partial.is_file() and not overwrite:
+        raise InputError(f"{partial} holds an interrupted generation: --resume continues it, "
+                         "--overwrite starts over")
+
+
+# attributes that may differ between an interrupted file and its resumption
+_RESUMABLE = {"history", "torch_compile"}
+
+
+def _check_resumed(partial: Path, config: Config, attributes: dict) -> None:
+    """The interrupted file was made with this generation's settings and
+    sources; else InputError naming what differs."""
+    want = dict(attributes, namelist=str(config.to_namelist()))
+    try:
+        with netCDF4.Dataset(partial) as ds:
+            made = {name: ds.getncattr(name) for name in ds.ncattrs()}
+    except OSError as err:
+        raise InputError(f"--resume: {partial} cannot be read ({err}); --overwrite starts "
+                         "over") from err
+    differ = [name for name, value in want.items() if name not in _RESUMABLE
+              and (name not in made or str(made[name]) != str(value))]
+    if differ:
+        name = differ[0]
+        old = made.get(name, "(none)")
+        old = old.item() if isinstance(old, np.generic) else old
+        raise InputError(f"--resume: {partial} was made with {name} = {value_text(old)}, this "
+                         f"generation has {value_text(want[name])}; give the settings it was "
+                         f"made with, or --overwrite to start over")
+
+
+def value_text(value) -> str:
+    return repr(value) if not isinstance(value, str) or "\n" not in value else "another namelist"
 
 
 def _check_choices(core: str, members: int, perturb: str, amplitude: float, seed: int) -> None:
@@ -480,9 +777,12 @@ def _check_disk(folder: Path, size: int, force: bool) -> None:
 
 def _attributes(config: Config, core: str, dtype: str, days: float, steps: int, members: int,
                 perturb: str, amplitude: float, seed: int, rank: int, world: int,
-                compile: bool = False) -> dict:
+                compile: bool = False, physics: Config | None = None) -> dict:
     every = steps * config.dti / 86400
+    physics = config if physics is None else physics
     return {
+        "target_model": describe_model(core, config),
+        "config_dti": physics.dti, "config_dte": physics.dte,
         "dataset_format": FORMAT, "core": core, "dtype": dtype, "source_hash": source_hash(),
         "torch_compile": COMPILED if compile else "none",
         "torch_version": torch.__version__, "pompy_version": __version__,
@@ -510,11 +810,19 @@ PERTURBATION_TEXT = {   # the dataset's "perturbation" attribute, by kind
 # ---------------------------------------------------------------- command line
 
 DESCRIPTION = """\
-Run N members of a core for --days and write a NetCDF training dataset,
-DIR/dataset.nc (DIR/dataset_rank<k>.nc under torchrun), with every field a
-core needs to restart bit for bit at time 0 and every --every days (a whole
-number of dti; --days a whole number of --every). Format and reader:
-pompy.dataset (SnapshotDataset).
+Run N members of a core, the reference, for --days and write a NetCDF
+training dataset, DIR/dataset.nc (DIR/dataset_rank<k>.nc under torchrun),
+with every field a core needs to restart bit for bit at the first snapshot
+and every --every days (a whole number of the reference's dti; --days a
+whole number of --every). Format and reader: pompy.dataset
+(SnapshotDataset). The settings come from the config's &generate group,
+then the flags. The reference (--core, default the explicit core) may step
+a shorter --reference_dti than the config's dti, which the physics that
+trains on the data keeps; the dataset says which model made it.
+
+SIGINT or SIGTERM: no temporary file stays; the finished snapshots are kept
+in DIR/dataset.nc.partial and --resume continues from them to the bits of
+an uninterrupted run.
 
 Members: member 0 is unperturbed; member m > 0 is perturbed from the pair
 (--seed S, m), with numpy default_rng seeded from SeedSequence([S, m]) (the
@@ -533,37 +841,34 @@ reader combines the files."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of `pompy generate` (and of python -m pompy.generate)."""
+    """The arguments of `pompy generate` (and of python -m pompy.generate).
+    The settings (SETTINGS) parse to None when not given, so that the
+    config's &generate group stands."""
     parser.add_argument("config", type=Path, metavar="CONFIG.nml",
-                        help="Fortran namelist with pom2k parameter names")
+                        help="Fortran namelist with pom2k parameter names (and a &generate group "
+                             "of the settings below)")
     parser.add_argument("--set", action="append", metavar="NAME=VALUE",
                         help="override one parameter, value as in a namelist (repeatable)")
-    parser.add_argument("--days", type=_positive_float, required=True,
-                        help="model days each member runs (a whole number of --every)")
-    parser.add_argument("--every", type=_positive_float, required=True, metavar="E",
-                        help="days between snapshots (a whole number of internal steps dti)")
     parser.add_argument("--output", type=Path, required=True, metavar="DIR",
                         help="folder of the dataset file")
-    parser.add_argument("--core", choices=cores.NAMES, default=cores.DEFAULT,
-                        help=f"the torch core (default {cores.DEFAULT})")
-    parser.add_argument("--members", type=int, default=1, help="ensemble size N (default 1)")
-    parser.add_argument("--perturb", choices=PERTURBATIONS, default="ic",
-                        help="perturbation of members m > 0 (ic: initial temperature noise; "
-                             "wind: a wind stress factor per member)")
-    parser.add_argument("--amplitude", type=float, default=None,
-                        help=f"perturbation amplitude: degC for ic (default "
-                             f"{DEFAULT_AMPLITUDES['ic']}), relative for wind (default "
-                             f"{DEFAULT_AMPLITUDES['wind']})")
-    parser.add_argument("--seed", type=int, default=0, help="ensemble seed S (default 0)")
-    parser.add_argument("--device", default="cpu",
-                        help="torch device: cpu, cuda (cuda:LOCAL_RANK under torchrun), cuda:N")
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                        help="precision of the core (default float64; stored as float64)")
+    kinds = {"days": _positive_float, "every": _positive_float, "reference_dti": _seconds,
+             "reference_dte": _seconds, "spinup": _days_or_zero}
+    choices = {"core": cores.NAMES, "perturb": PERTURBATIONS, "dtype": ("float64", "float32")}
+    for setting in SETTINGS:
+        shown = "" if setting.default is None else f" (default {setting.default})"
+        parser.add_argument(f"--{setting.name}", type=kinds.get(setting.name, setting.type),
+                            choices=choices.get(setting.name), default=None,
+                            metavar="E" if setting.name == "every" else None,
+                            help=f"{setting.help}{shown}; &{GENERATE_GROUP} {setting.name}")
     parser.add_argument("--compile", action="store_true",
                         help="run the core's steps as whole torch.compile graphs, the members one "
                              "after another (faster on the CPU; the first run of a grid compiles "
                              "for minutes, later ones load Inductor's cache)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset file")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the generation an interrupt (SIGINT, SIGTERM) stopped, from "
+                             "the snapshots its DIR/dataset.nc.partial kept, to the same bits as "
+                             "an uninterrupted run (the same settings)")
     parser.add_argument("--force", action="store_true",
                         help="run even if the estimated memory or disk space is short")
 
@@ -578,21 +883,73 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """The command's handler: 0 done, 3 a member blew up; InputError for bad input."""
-    config = load_config(args.config, args.set)
+def _seconds(text: str) -> float:
     try:
-        generate(config, args.output, args.days, args.every, core=args.core,
-                 members=args.members, perturb=args.perturb, amplitude=args.amplitude,
-                 seed=args.seed, device=args.device, dtype=args.dtype,
-                 overwrite=args.overwrite, force=args.force, compile=args.compile)
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _days_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days >= 0")
+    return value
+
+
+def _on_signal(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+def continue_command(argv: list[str]) -> str:
+    """The command that continues an interrupted generation: this one with --resume."""
+    words = list(argv)
+    if "generate" in words:
+        words = words[words.index("generate") + 1:]
+    words = [w for w in words if w != "--overwrite"]
+    return shlex.join(["pompy", "generate", *words] + ([] if "--resume" in words else ["--resume"]))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The command's handler: 0 done, 3 a member blew up, 130 (SIGINT) or
+    143 (SIGTERM) interrupted; InputError for bad input. SIGINT and SIGTERM
+    alike close the dataset: no temporary file stays, the snapshots
+    finished are kept in DIR/dataset.nc.partial (said on stderr, with the
+    command that continues)."""
+    config = load_config(args.config, args.set)
+    s = resolve_settings(args)
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        generate(config, args.output, s.days, s.every, core=s.core,
+                 members=s.members, perturb=s.perturb, amplitude=s.amplitude,
+                 seed=s.seed, device=s.device, dtype=s.dtype,
+                 overwrite=args.overwrite, force=args.force, compile=args.compile,
+                 reference_dti=s.reference_dti, reference_dte=s.reference_dte,
+                 resume=args.resume, spinup=s.spinup)
     except ModelStop as exc:
         print(f"pompy generate stopped: member {getattr(exc, 'member', '?')}: {exc}; "
               "no dataset was written", file=sys.stderr)
         return 3
-    except KeyboardInterrupt:
-        print("pompy generate: interrupted; no dataset was written", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Interrupted) as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        kept, what = getattr(exc, "kept", (None, ""))
+        name = signal.Signals(signum).name
+        if kept is None:
+            print(f"pompy generate: interrupted ({name}); no snapshot was finished, nothing was "
+                  "kept and no dataset was written", file=sys.stderr)
+        else:
+            print(f"pompy generate: interrupted ({name}); kept {kept} ({what}); continue with: "
+                  f"{continue_command(sys.argv[1:])}", file=sys.stderr)
+        return 128 + int(signum)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
 
 

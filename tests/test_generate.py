@@ -10,6 +10,7 @@ import gc
 import io
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -638,3 +639,162 @@ def test_compiled_members_give_the_uncompiled_dataset(made, wind, tmp_path, monk
         assert got["wind_factor"].tolist() == expected["wind_factor"].tolist()
         for name in state_fields():
             assert np.array_equal(got[name], expected[name]), (folder, name)
+
+
+# ------------------------------------------------------------------ a reference, &generate
+
+def test_reference_targets_equal_a_pompy_run_of_the_reference_core(made, tmp_path):
+    """--reference_dti 9 --reference_dte 3: member 0's snapshots are, bit
+    for bit, the records of `pompy run` of the explicit core with dte = 3,
+    isplit = 3 from the set-up (time 0: the set-up itself, as the physics's
+    at dti 18 s), and the file says which model made them."""
+    config_path, _, _ = made
+    assert main(generate_args(config_path, tmp_path / "d", "--members", 1, "--reference_dti", 9,
+                              "--reference_dte", 3)) == 0
+    data = read(tmp_path / "d" / "dataset.nc")
+    assert data["iint"].tolist() == [0, 6, 12, 18, 24]              # steps of 9 s
+    assert main(["run", str(config_path), "--set", "dte=3", "--set", "isplit=3", "--steps", "24",
+                 "--output-every", EVERY, "--output", str(tmp_path / "run")]) == 0
+    with netCDF4.Dataset(tmp_path / "run" / "explicit_output.nc") as run:
+        run.set_auto_mask(False)
+        assert np.array_equal(run["time"][:], data["time"][1:])
+        compared = [n for n in state_fields() if n in run.variables]
+        assert {"el", "u", "v", "t", "s", "ua", "uab", "q2"} <= set(compared)
+        for name in compared:
+            assert np.array_equal(run[name][:], data[name][0, 1:]), name
+    setup = ExplicitCore(load_config(config_path))
+    setup.run_initialization()
+    for name in state_fields():
+        assert np.array_equal(pom2k(data[name][0, 0]), setup.state[name].numpy()), name
+    with netCDF4.Dataset(tmp_path / "d" / "dataset.nc") as ds:
+        assert ds.core == "explicit" and ds.dti == 9.0 and ds.config_dti == 18.0
+        assert "explicit core" in ds.target_model and "dti = 9 s" in ds.target_model
+        assert "dte = 3 s x isplit = 3" in ds.target_model
+        described = ds.target_model
+    assert SnapshotDataset(tmp_path / "d").model == {"core": "explicit", "dti": 9.0,
+                                                     "description": described}
+
+
+def with_generate_group(config: Path, where: Path, **settings) -> Path:
+    from pompy.config import namelist_literal
+
+    text = config.read_text().rstrip() + "\n&generate\n" + "".join(
+        f"    {k} = {namelist_literal(v)}\n" for k, v in settings.items()) + "/\n"
+    path = where / "with_generate.nml"
+    path.write_text(text)
+    return path
+
+
+def test_the_generate_group_needs_no_flags_and_flags_override_it(made, tmp_path):
+    """&generate gives the settings (the config's pom2k parameters load
+    alike); a flag given wins over the group."""
+    config_path, path, _ = made
+    config = with_generate_group(config_path, tmp_path, members=MEMBERS, seed=SEED,
+                                 days=float(DAYS), every=float(EVERY), core="explicit")
+    assert load_config(config) == load_config(config_path)
+    assert main(["generate", str(config), "--output", str(tmp_path / "a")]) == 0
+    want, got = read(path), read(tmp_path / "a" / "dataset.nc")
+    for name in state_fields():
+        assert np.array_equal(got[name], want[name]), name
+    assert main(["generate", str(config), "--output", str(tmp_path / "b"), "--members", "1"]) == 0
+    assert read(tmp_path / "b" / "dataset.nc")["member"].tolist() == [0]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"membres": 2}, "&generate has unknown setting 'membres'"),
+    ({"members": "two"}, "&generate members = 'two': expected a int"),
+    ({"reference_dti": 10.0, "reference_dte": 3.0}, "reference_dti = 10 s is not a whole number"),
+    ({}, "--days: give it, or set days in the config's &generate group"),
+])
+def test_bad_generate_settings_are_one_line(made, tmp_path, capsys, settings, message):
+    config_path, _, _ = made
+    days = {} if not settings else {"days": float(DAYS), "every": float(EVERY)}
+    config = with_generate_group(config_path, tmp_path, **days, **settings)
+    assert main(["generate", str(config), "--output", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pompy: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def test_the_shipped_training_configs_generate_from_their_group():
+    """train_tiny's &generate: the explicit core at a quarter of the
+    physics's 240 s, snapshots one correction cycle apart."""
+    from pompy.generate import read_generate_group, reference_config
+
+    for name in ("train_tiny", "train_360x240"):
+        group = read_generate_group(ROOT / "configs" / f"{name}.nml")
+        config = load_config(ROOT / "configs" / f"{name}.nml")
+        assert group["core"] == "explicit" and config.dti == 240.0
+        ref = reference_config(config, group["reference_dti"], group["reference_dte"])
+        assert (ref.dti, ref.dte, ref.isplit) == (60.0, 2.0, 30)
+        assert round(group["every"] * 86400, 6) == 2 * config.dti
+
+
+# ------------------------------------------------------------------ interrupts, --resume
+
+def _slow_args(config: Path, output: Path, *extra) -> list[str]:
+    """Members one after another (the implicit core does not batch them),
+    each of 240 steps of 18 s, 9 snapshots."""
+    return ["generate", str(config), "--days", repr(240 * 18 / 86400), "--every",
+            repr(30 * 18 / 86400), "--core", "implicit", "--members", "3", "--seed", str(SEED),
+            "--output", str(output), *extra]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(made, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    assert main(_slow_args(made[0], folder)) == 0
+    return read(folder / "dataset.nc")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_generation_keeps_its_snapshots_and_resumes_to_the_same_bits(
+        made, uninterrupted, tmp_path, signum):
+    """The signal sent for real to a `python -m pompy generate` process once
+    member 0 is done: exit 128 + signal, one line saying what was kept and
+    the command that continues, no temporary file, no dataset.nc, member 0
+    whole in dataset.nc.partial; --resume then writes the uninterrupted
+    run's dataset to the bit (every variable) and removes the partial file."""
+    out = tmp_path / "d"
+    proc = subprocess.Popen([sys.executable, "-m", "pompy", *_slow_args(made[0], out)],
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("pompy generate: member 0:"):
+            proc.send_signal(signum)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 128 + signum, (lines, rest)
+    last = rest.strip().splitlines()[-1]
+    name = signal.Signals(signum).name
+    assert last.startswith(f"pompy generate: interrupted ({name}); kept {out}/dataset.nc.partial "
+                           "(member 0: 9 of 9 snapshots, member 1: "), last
+    assert "continue with: pompy generate " in last and last.endswith(" --resume"), last
+    assert sorted(p.name for p in out.iterdir()) == ["dataset.nc.partial"]
+    partial = read(out / "dataset.nc.partial")
+    assert partial["snapshots"][0] == 9 and partial["snapshots"][2] < 9
+    for name in state_fields():
+        assert np.array_equal(partial[name][0], uninterrupted[name][0]), name
+    assert main(_slow_args(made[0], out, "--resume")) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["dataset.nc"]
+    resumed = read(out / "dataset.nc")
+    assert resumed.keys() == uninterrupted.keys()
+    for name, values in uninterrupted.items():
+        assert np.array_equal(resumed[name], values), name
+
+
+def test_resume_needs_a_partial_file_and_the_same_settings(made, tmp_path, capsys):
+    config = made[0]
+    assert main(_slow_args(config, tmp_path, "--resume")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no interrupted generation" in err
+    # a partial file: a fresh run refuses it, --resume with other settings too
+    assert main(_slow_args(config, tmp_path)) == 0
+    (tmp_path / "dataset.nc").rename(tmp_path / "dataset.nc.partial")
+    assert main(_slow_args(config, tmp_path)) == 2
+    assert "--resume continues it" in capsys.readouterr().err
+    assert main(_slow_args(config, tmp_path, "--resume", "--seed", "8")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "made with seed = 7" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset.nc.partial"]
