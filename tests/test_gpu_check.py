@@ -2,9 +2,12 @@
 the GPU check is known to run before a GPU is lent: its four parts (a: a
 second CPU run against the first, exactly equal; b: the oracle and the
 eager cores timed, the CUDA-graph modes reported as not runnable on the
-CPU; c: pompy generate and two training batches in a gloo group of one;
-d: pompy verify, whose certificate then gates c), its Markdown tables and
-its JSON; and a unit killed at its time box is reported, not fatal.
+CPU; c: pompy generate and two training batches in a gloo group of one,
+the trainer's gate answered by the stand-in as on the GPU's 360x240 grid;
+d: pompy verify), its Markdown tables and its JSON; a unit killed at its
+time box is reported, not fatal; what the CUDA-graph modes run (the step
+a graph captures, the stepping of Inductor's graphs) steps as the core
+does, to the bit, here without a GPU.
 """
 from __future__ import annotations
 
@@ -133,12 +136,53 @@ def test_a_unit_past_its_box_is_killed_and_reported(home, tmp_path):
     assert "killed at its box" in result.stdout
 
 
-def test_bad_options_are_refused():
+def load_script():
     sys.path.insert(0, str(SCRIPT.parent))
     try:
         import gpu_check
     finally:
         sys.path.remove(str(SCRIPT.parent))
+    return gpu_check
+
+
+@pytest.mark.parametrize("core", ["explicit", "implicit"])
+def test_what_cuda_graph_mode_captures_steps_as_the_core(core):
+    """What the cuda-graph mode captures (step_in_place), run here without
+    a capture: each call one more step, the state equal to the core's own
+    steps to the bit, every field."""
+    import torch
+
+    from pompy.core.model import forward_only
+
+    gpu_check = load_script()
+    model = gpu_check.make_core(core, gpu_check.grid_config("16x12x6"), "cpu")
+    gpu_check.benchmark.run(model, 2, "cpu")
+    step, state = gpu_check.step_in_place(model)
+    with forward_only(model):
+        for _ in range(3):
+            assert bool(step())
+    gpu_check.benchmark.run(model, 3, "cpu")
+    assert model.iint == 5 and set(state) == set(model.state)
+    assert [n for n in state if not torch.equal(state[n], model.state[n])] == []
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")     # torch._inductor's import
+def test_reduce_overhead_modes_stepping_steps_as_the_core():
+    """reduce-overhead mode's stepping (each step's state cloned, a new
+    CUDA-graph step begun) on an eager core: the states of benchmark.run's."""
+    import torch
+
+    gpu_check = load_script()
+    config = gpu_check.grid_config("16x12x6")
+    models = [gpu_check.make_core("explicit", config, "cpu") for _ in range(2)]
+    gpu_check.with_callback(gpu_check.next_cudagraph_step)(models[0], 2, "cpu", untimed=1)
+    gpu_check.benchmark.run(models[1], 2, "cpu", untimed=1)
+    assert models[0].iint == models[1].iint == 3
+    assert all(torch.equal(models[0].state[n], models[1].state[n]) for n in models[1].state)
+
+
+def test_bad_options_are_refused():
+    gpu_check = load_script()
     for argv in (["--parts", "a,z"], ["--modes", "eager,fast"], ["--cores", "pom"],
                  ["--grids", "16x12"], ["--steps", "0"], ["--train-config", "no.nml"]):
         with pytest.raises(SystemExit) as stop:

@@ -244,13 +244,13 @@ def versus_eager(core, core_name: str, config, device: str) -> float:
                                         variables.names("prognostic"))[0]
 
 
-def capture_step(core):
-    """Internal step iint+1 of ``core`` captured as a CUDA graph: the pass
-    without host reads (check=False), its new state copied over the
-    captured inputs inside the graph, so that each replay is one more
-    step. (graph, the state it steps, the step's may-go-on flag)."""
-    import torch
-
+def step_in_place(core):
+    """(step, state): ``step()`` advances ``state``, a copy of ``core``'s, by
+    one internal step (iint+1 of ``core``, as every step after the first)
+    in place and returns the step's may-go-on flag, a tensor: the core's
+    pass without its host reads (check=False), the new state copied over
+    ``state`` (a new value that is an input, a time level passed on, copied
+    before any input is written). What cuda-graph mode captures."""
     iint = core.iint + 1
     fixed = core._fixed(iint)
     state = {k: v.clone() for k, v in core.state.items()}
@@ -258,21 +258,29 @@ def capture_step(core):
 
     def step():
         new, _, going = core._advance(state, iint, *fixed, check=False)
-        return new, going
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()                               # warm-up off the capture (lazy inits)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        new, going = step()
-        # a new value that is an input (a time level passed on) is copied
-        # before any input is written
         staged = {k: (v.clone() if v.untyped_storage().data_ptr() in inputs else v)
                   for k, v in new.items() if k in state and v is not state[k]}
         for k, v in staged.items():
             state[k].copy_(v)
+        return going
+    return step, state
+
+
+def capture_step(core):
+    """step_in_place(core) captured as a CUDA graph, after one step run
+    eagerly on a side stream (lazy initialisations outside the capture):
+    (graph, the state each replay steps, the flag)."""
+    import torch
+
+    step, state = step_in_place(core)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        going = step()
     return graph, state, going
 
 
@@ -301,7 +309,7 @@ def cuda_graph_row(core, core_name: str, config, spec: dict) -> dict:
                     graph.replay()
                 torch.cuda.synchronize()
                 times.append((time.perf_counter() - t0) / steps)
-            replays = 1 + steps * spec["rounds"]
+            replays = 2 + steps * spec["rounds"]      # the side stream's step, the first replay
             finite = bool(going)
         benchmark.run(core, replays, device)      # the eager core, the same steps
         diff = benchmark.largest_difference(state, core.state, variables.names("prognostic"))[0]
@@ -366,11 +374,7 @@ def unit_speed(spec: dict) -> None:
         import torch._inductor.config as inductor_config
 
         inductor_config.triton.cudagraphs = True
-
-        def callback(core):
-            # a state read across steps is no cudagraph output a replay overwrites
-            core.state = {k: v.clone() for k, v in core.state.items()}
-            torch.compiler.cudagraph_mark_step_begin()
+        callback = next_cudagraph_step
     try:
         start = time.perf_counter()
         core = make_core(core_name, config, device, compile=True)
@@ -391,6 +395,16 @@ def unit_speed(spec: dict) -> None:
     except Exception as exc:
         row = dict(status="failed", reason=error_text(exc))
     emit(kind="speed", grid=spec["grid"], core=core_name, mode=mode, **row)
+
+
+def next_cudagraph_step(core) -> None:
+    """After each step of reduce-overhead mode: the state cloned (a state
+    read across steps is then no output of Inductor's CUDA graphs, which
+    their next replay overwrites) and a new step begun for them."""
+    import torch
+
+    core.state = {k: v.clone() for k, v in core.state.items()}
+    torch.compiler.cudagraph_mark_step_begin()
 
 
 def with_callback(callback):
@@ -462,17 +476,22 @@ def unit_train(spec: dict) -> None:
                     "passed": False, "stand_in": "gpu_check: no certificate for this set-up"}
         trainer_module.require_certificate = stand_in
     backend = "nccl" if cuda else "gloo"
+    group_error = []
 
     class OneRankGroup(trainer_module.NPOMTrainerDDP):
         """The trainer as a rank of a torchrun launch: a process group (here
         of one) and its networks DDP-wrapped."""
 
         def _join_group(self):
-            if cuda:
-                torch.cuda.set_device(self.device)
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
-                                    rank=0, world_size=1)
-            self.distributed = True
+            try:
+                if cuda:
+                    torch.cuda.set_device(self.device)
+                dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
+                                        rank=0, world_size=1)
+                self.distributed = True
+            except Exception as exc:        # measured as a plain process (torchrun's 1) then
+                group_error.append(error_text(exc))
+                self.distributed = False
 
     started = time.perf_counter()
     trainer = OneRankGroup(args, environ={})
@@ -480,6 +499,7 @@ def unit_train(spec: dict) -> None:
         build_s = time.perf_counter() - started
         nets = [n for n in (trainer.encoder, trainer.decoder) if n is not None]
         info = dict(certified=certified, refusal=refusal, backend=backend,
+                    group_error=group_error[0] if group_error else None,
                     world_size=dist.get_world_size() if dist.is_initialized() else None,
                     ddp=bool(nets) and all(isinstance(n, DDP) for n in nets),
                     grid=f"{config.im}x{config.jm}x{config.kb}", core=args.core,
@@ -504,6 +524,7 @@ def unit_train(spec: dict) -> None:
             batch = dict(seconds=seconds, loss=losses[0])
             if cuda:
                 batch.update(peak_gb=torch.cuda.max_memory_allocated() / 1e9,
+                             reserved_gb=torch.cuda.max_memory_reserved() / 1e9,
                              before_gb=before / 1e9)
             else:
                 batch.update(peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6)
@@ -807,16 +828,19 @@ def table_c(part: dict) -> list[str]:
     gate = ("" if "certified" not in part else "under its certificate" if part["certified"]
             else "no certificate for this set-up: the gate answered by a stand-in")
     lines = [f"(c) one training batch: {part['config']} ({part['grid']}), {part['device']}, "
-             f"{part.get('backend', '?')} group of world size {part.get('world_size')}, "
-             f"DDP {part.get('ddp')}; {gate}"
+             + (f"{part.get('backend', '?')} group of world size {part.get('world_size')}, "
+                f"DDP {part.get('ddp')}" if not part.get("group_error") else
+                f"no {part.get('backend')} group ({part['group_error']}): a plain process")
+             + f"; {gate}"
              + (f"; {part['problem']}" if part.get("problem") else ""), "",
-             "| batch | seconds | peak memory (GB) | memory before (GB) | loss |",
-             "|---|---|---|---|---|"]
+             "| batch | seconds | peak memory (GB) | memory before (GB) | peak reserved (GB) "
+             "| loss |", "|---|---|---|---|---|---|"]
     for n, b in enumerate(part.get("batches", [])):
         peak = b.get("peak_gb", b.get("peak_rss_gb"))
-        kind = "" if "peak_gb" in b else " (peak RSS)"
+        kind = "" if "peak_gb" in b else " (the process's peak RSS)"
         lines.append(f"| {n} | {b['seconds']:.2f} | {fmt(peak, '.2f')}{kind} | "
-                     f"{fmt(b.get('before_gb'), '.2f')} | {b['loss']:.4g} |")
+                     f"{fmt(b.get('before_gb'), '.2f')} | {fmt(b.get('reserved_gb'), '.2f')} | "
+                     f"{b['loss']:.4g} |")
     lines.append(f"\n`{part['generate_command']}`: {fmt(part.get('generate_s'), '.1f')} s; "
                  f"the trainer built in {fmt(part.get('build_s'), '.1f')} s")
     return lines
@@ -942,12 +966,19 @@ def main(argv=None) -> int:
                         "d": lambda: part_d(args, box)}[name]()
                 print("\n" + "\n".join(TABLES[name](part)), flush=True)
             report["parts"][name] = part
-    report["elapsed_s"] = args.budget - budget.left()
+            write_report(args.json, report, budget)     # each part's figures kept at once
+    write_report(args.json, report, budget)
     print(f"\ngpu_check: {report['elapsed_s']:.0f} s; "
           + ", ".join(f"({p}) {report['parts'][p]['status']}" for p in todo), flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1, default=float) + "\n")
     return 0
+
+
+def write_report(path: Path | None, report: dict, budget: Budget) -> None:
+    report["elapsed_s"] = budget.seconds - budget.left()
+    if path is not None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=1, default=float) + "\n")
+        tmp.replace(path)
 
 
 if __name__ == "__main__":
