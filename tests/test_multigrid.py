@@ -241,6 +241,12 @@ def test_a_run_records_each_records_iterations(tmp_path):
     # measured: Jacobi 256 and 264 (a multiple of its 8 between reads), multigrid 12
     assert len(mg) == 2 and all(1 <= n <= ITERATIONS_65X49 for n in mg)
     assert all(n % 8 == 0 and 10 * m < n <= 500 for n, m in zip(jacobi, mg))
+    # checks read once every 3 steps (Core._block): the record step's too
+    assert cli.main(["run", str(SEAMOUNT), "--core", "implicit", "--set", "dte=13", "--set",
+                     "preconditioner=multigrid", "--check-every", "3", "--output",
+                     str(tmp_path / "every")]) == 0
+    with netCDF4.Dataset(tmp_path / "every" / "implicit_output.nc") as ds:
+        assert list(ds["cg_iterations"][:]) == list(mg)
     assert cli.main(["run", str(SEAMOUNT), "--steps", "2", "--output", str(tmp_path / "ex")]) == 0
     with netCDF4.Dataset(tmp_path / "ex" / "explicit_output.nc") as ds:
         assert "cg_iterations" not in ds.variables          # no solve, no count
