@@ -56,25 +56,30 @@ measured by then); ``--parts`` runs some of them:
     A mode that cannot run says why (on the CPU: the CUDA-graph modes need
     a CUDA device; the implicit core's PCG reads its residual on the host,
     which a CUDA-graph capture refuses) instead of stopping the check.
-    The compiled modes come last, after every eager row, as their cold
-    compilation can take minutes: what the budget leaves them.
+    Each non-eager mode's state is compared with an eager core's after
+    the same steps ("against eager"; the cuda-graph mode reads its
+    checks once, after its last replay). The compiled modes come last,
+    after every eager row, pom2k's core first, as a cold compilation can
+    take minutes: they get what the budget leaves (a unit killed after
+    its compilation says how long that took).
 (c) a training batch: ``--train-config`` (configs/train_360x240.nml), its
-    data made with ``pompy generate`` (the config's reference, its
-    &generate group; one member, the snapshots for ``--train-batches``
-    samples), then NPOMTrainerDDP built in a process
-    that joins a torch.distributed group of world size 1 (NCCL on CUDA,
-    gloo on the CPU) and wraps its networks in DDP as every rank of a
-    torchrun launch does (the trainer itself makes no group at WORLD_SIZE
-    1, so ``torchrun --nproc_per_node 1`` would run it without one), and
-    ``--train-batches`` (2) calls of run_single_train_batch: the seconds of
-    each and the peak memory (torch.cuda.max_memory_allocated; on the CPU
-    the process's peak RSS). The trainer's gate is asked first: with a
-    passed certificate for that grid the batch runs under it; without one
-    (verifying the 360x240 grid is not part of this check: ``pompy verify
-    configs/train_360x240.nml --core implicit --device cuda`` makes one)
-    the measuring process answers the gate with a stand-in, reported as
-    ``certified: false`` with the trainer's refusal (``--train-gate
-    strict``: no batch then).
+    data made with ``pompy generate`` (the config's own reference, its
+    &generate group; one member, the snapshots of ``--train-batches``
+    samples), then NPOMTrainerDDP in a process that joins a
+    torch.distributed group of world size 1 (NCCL on CUDA, gloo on the
+    CPU) and wraps its networks in DDP, as each rank of a torchrun launch
+    does (the trainer itself makes no group at WORLD_SIZE 1: ``torchrun
+    --nproc_per_node 1`` runs it as a plain process, which is also what
+    this part measures if the group cannot be made, saying why); then
+    ``--train-batches`` (2) calls of run_single_train_batch: the seconds
+    of each and its peak memory (torch.cuda.max_memory_allocated, and
+    max_memory_reserved; on the CPU the process's peak RSS). The trainer's
+    gate is asked first: with a passed certificate for the set-up the
+    batches run under it; without one (verifying the 360x240 grid is not
+    part of this check: ``pompy verify configs/train_360x240.nml --core
+    implicit --device cuda`` makes one) the measuring process answers the
+    gate with a stand-in, reported as ``certified: false`` with the
+    trainer's refusal (``--train-gate strict``: no batch then).
 (d) the certificate run, as a user types it: ``pompy verify
     --verify-config (configs/train_tiny.nml) --core implicit --device
     DEVICE``: its checks passed of all, its seconds (and the suites').
@@ -573,9 +578,12 @@ def run_process(command: list[str], timeout: float, env: dict | None = None
         try:
             code = proc.wait(timeout=max(timeout, 1.0))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
             code = None
+        try:                # its session: the child, or what it left (compile workers)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
         out.seek(0)
         err.seek(0)
         return code, out.read(), err.read(), time.perf_counter() - start
@@ -641,16 +649,14 @@ def part_b(args, box: float) -> dict:
     if "eager" in args.modes or graph:
         plan += [dict(base, grid=g, cores=args.cores, mode="eager", graph=graph)
                   for g in args.grids]
-    for g in args.grids:
-        for m in COMPILED_MODES:
-            if m not in args.modes:
-                continue
-            if m == "reduce-overhead" and not cuda:    # no process for what cannot run
-                rows += [dict(grid=g, core=c, mode=m, status="not run",
-                              reason="Inductor's CUDA graphs need a CUDA device (--device cpu)")
-                         for c in args.cores]
-                continue
-            plan += [dict(base, grid=g, core=c, mode=m) for c in args.cores]
+    for g in args.grids:            # the first grid's first core first: pom2k's, compiled
+        for c in args.cores:
+            for m in (m for m in COMPILED_MODES if m in args.modes):
+                if m == "reduce-overhead" and not cuda:    # no process for what cannot run
+                    rows.append(dict(grid=g, core=c, mode=m, status="not run", reason=(
+                        "Inductor's CUDA graphs need a CUDA device (--device cpu)")))
+                else:
+                    plan.append(dict(base, grid=g, core=c, mode=m))
     for spec in plan:
         names = spec["cores"] if spec["mode"] == "eager" else [spec["core"]]
         wanted = ["eager", "cuda-graph"] if spec["mode"] == "eager" else [spec["mode"]]
