@@ -110,7 +110,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark  # noqa: E402  (validation/benchmark.py: set-up, windows, comparisons)
+import benchmark  # validation/benchmark.py: its set-up, windows and comparisons
 
 PARTS = ("a", "b", "c", "d")
 ORDER = ("a", "d", "c", "b")           # b last: its compiled rows take what is left
@@ -167,11 +167,11 @@ def grid_config(spec: str):
     from pompy.config import load_config
 
     im, jm, kb = (int(x) for x in spec.split("x"))
-    kl1 = max(2, min(load_config(benchmark.CONFIG).kl1, kb - 3))
-    if kl1 == load_config(benchmark.CONFIG).kl1:
+    seamount = load_config(benchmark.CONFIG)
+    kl1 = max(2, min(seamount.kl1, kb - 3))
+    if kl1 == seamount.kl1:
         return benchmark.grid_config(spec)
-    return dataclasses.replace(load_config(benchmark.CONFIG), im=im, jm=jm, kb=kb, kl1=kl1,
-                               kl2=kb - 2, days=1.0)
+    return dataclasses.replace(seamount, im=im, jm=jm, kb=kb, kl1=kl1, kl2=kb - 2, days=1.0)
 
 
 def parity_config(spec: str):
@@ -329,8 +329,6 @@ def unit_speed(spec: dict) -> None:
     """(b), one grid: for each core the oracle beside the eager windows,
     then each core's cuda-graph row; or one core's compiled mode."""
     import statistics
-
-    import torch
 
     config = grid_config(spec["grid"])
     device, mode = spec["device"], spec["mode"]
@@ -865,6 +863,10 @@ def table_d(part: dict) -> list[str]:
 
 
 TABLES = {"a": table_a, "b": table_b, "c": table_c, "d": table_d}
+RUN_PARTS = {"a": lambda args, box, work: part_a(args, box),
+             "b": lambda args, box, work: part_b(args, box),
+             "c": part_c,
+             "d": lambda args, box, work: part_d(args, box)}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -967,9 +969,7 @@ def main(argv=None) -> int:
                 part = dict(status="not run", problem=f"budget: {max(left, 0):.0f} s left")
                 print(f"\n({name}) not run: {part['problem']}", flush=True)
             else:
-                part = {"a": lambda: part_a(args, box), "b": lambda: part_b(args, box),
-                        "c": lambda: part_c(args, box, work),
-                        "d": lambda: part_d(args, box)}[name]()
+                part = RUN_PARTS[name](args, box, work)
                 print("\n" + "\n".join(TABLES[name](part)), flush=True)
             report["parts"][name] = part
             write_report(args.json, report, budget)     # each part's figures kept at once
