@@ -123,6 +123,7 @@ COMPILED_MODES = ("compiled", "reduce-overhead")
 MIN_UNIT_S = 20.0       # (b) a unit is not started with less time than this left
 MIN_PART_S = 5.0        # nor a part
 RESULT = "GPU_CHECK_RESULT "          # a child's result lines on stdout
+SKIPPING = "skipping cudagraphs"     # Inductor's reason for a graph run without one
 
 
 # ======================================================================
@@ -330,6 +331,8 @@ def unit_speed(spec: dict) -> None:
     then each core's cuda-graph row; or one core's compiled mode."""
     import statistics
 
+    import torch
+
     config = grid_config(spec["grid"])
     device, mode = spec["device"], spec["mode"]
     steps, rounds = spec["steps"], spec["rounds"]
@@ -378,6 +381,10 @@ def unit_speed(spec: dict) -> None:
 
         inductor_config.triton.cudagraphs = True
         callback = next_cudagraph_step
+        try:        # why Inductor runs a graph without a CUDA graph, on stderr (SKIPPING)
+            torch._logging.set_logs(perf_hints=True)
+        except Exception:
+            pass
     try:
         start = time.perf_counter()
         core = make_core(core_name, config, device, compile=True)
@@ -395,6 +402,10 @@ def unit_speed(spec: dict) -> None:
         if spec.get("oracle_ms"):
             row["ratio"] = ms / spec["oracle_ms"]
         row["versus_eager"] = versus_eager(core, core_name, config, device)
+        if callback is not None:            # graphs Inductor ran without a CUDA graph
+            from torch._dynamo.utils import counters
+
+            row["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
     except Exception as exc:
         row = dict(status="failed", reason=error_text(exc))
     emit(kind="speed", grid=spec["grid"], core=core_name, mode=mode, **row)
@@ -596,6 +607,9 @@ def run_unit(kind: str, spec: dict, timeout: float) -> tuple[list[dict], str | N
     code, out, err, seconds = run_process(command, timeout, env)
     results = [json.loads(line[len(RESULT):]) for line in out.splitlines()
                if line.startswith(RESULT)]
+    notes = sorted({line.strip()[:300] for line in err.splitlines() if SKIPPING in line})
+    if notes:
+        results.append(dict(kind="notes", lines=notes[:5]))
     problem = None
     if code is None:
         problem = f"killed at its box of {timeout:.0f} s"
@@ -675,8 +689,11 @@ def part_b(args, box: float) -> dict:
                      for o in of_kind(results, "oracle") if o.get("error")]
         got = {(r["core"], r["mode"]): r for r in of_kind(results, "speed")}
         progress = of_kind(results, "progress")
+        notes = [line for n in of_kind(results, "notes") for line in n["lines"]]
         for core, mode in wanted:
             row = got.get((core, mode))
+            if row is not None and notes and mode == "reduce-overhead":
+                row["notes"] = notes
             if row is None:
                 row = dict(grid=spec["grid"], core=core, mode=mode,
                            status="not run" if problem else "failed",
@@ -822,6 +839,9 @@ def table_b(part: dict) -> list[str]:
         if o is not None:
             lines.append(f"| {o['grid']} | {o['core']} | oracle | {o['ms']:.2f} | 1 | | | ok |")
         result = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')}"
+        if r.get("cudagraph_skips"):
+            result += (f" ({r['cudagraph_skips']} graphs without a CUDA graph"
+                       + (f": {r['notes'][0]}" if r.get("notes") else "") + ")")
         lines.append(f"| {r['grid']} | {r['core']} | {r['mode']} | {fmt(r.get('ms'), '.2f')} | "
                      f"{fmt(r.get('ratio'), '.3f')} | {fmt(r.get('warmup_s'), '.1f')} | "
                      f"{fmt(r.get('versus_eager'), '.1e')} | {result} |")
