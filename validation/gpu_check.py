@@ -14,11 +14,13 @@ README says) the command is
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; \
     python3 -m pompy setup; python3 validation/gpu_check.py --json $OUT/gpu_check.json
 
-with ``carry: [".whl"]`` and ``timeout_s`` 560: the figures come back in
-gpu_check.json and as Markdown tables in the output. The oracle is built
-first (``pompy setup``; the script builds it too if it can), outside the
-budget; without it (no gfortran) the oracle rows of (b) are missing and
-(d) fails, and the other parts run.
+with ``carry: [".whl"]`` and ``timeout_s`` 600: the figures come back in
+gpu_check.json (written again after each part) and as Markdown tables in
+the output. The oracle is built first (``pompy setup``; the script builds
+it too if it can), outside the budget; without it (no gfortran there)
+the oracle rows of (b) are missing and (d) fails, and the other parts
+run. Where the set-up took long, lower ``--budget`` to stay inside the
+tool's limit.
 
 Four parts, run in the order a, d, c, b, each in subprocesses of its own
 and time-boxed so that the whole stays within ``--budget`` seconds
