@@ -624,7 +624,9 @@ def run_unit(kind: str, spec: dict, timeout: float) -> tuple[list[dict], str | N
 
 
 def of_kind(results: list[dict], kind: str) -> list[dict]:
-    return [r for r in results if r.get("kind") == kind]
+    """The results of ``kind``, without their kind."""
+    return [{k: v for k, v in r.items() if k != "kind"} for r in results
+            if r.get("kind") == kind]
 
 
 def device_names(results: list[dict]) -> str | None:
@@ -757,11 +759,11 @@ def part_c(args, box: float, work: Path) -> dict:
                                                *generate[2:]]))
     for r in of_kind(results, "generate"):
         result.update(generate_s=r["seconds"], generate_exit=r["exit_code"])
-    result["batches"] = [{k: v for k, v in b.items() if k not in ("kind", "batch")}
+    result["batches"] = [{k: v for k, v in b.items() if k != "batch"}
                          for b in of_kind(results, "progress")]
     trained = of_kind(results, "train")
     if trained:
-        result.update({k: v for k, v in trained[0].items() if k not in ("kind", "batches")})
+        result.update({k: v for k, v in trained[0].items() if k != "batches"})
     status = "ok" if trained and trained[0]["status"] == "ok" and not problem else "incomplete"
     return dict(result, status=status, problem=problem or (trained[0].get("reason")
                                                             if trained else "no result"))
