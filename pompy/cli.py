@@ -128,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_arguments(generate_cmd)
     generate_cmd.set_defaults(handler=generate_command)
 
+    from pompy.evaluate import DESCRIPTION as EVALUATE_DESCRIPTION, add_arguments as add_evaluate_arguments
+
+    evaluate_cmd = commands.add_parser("evaluate", help="roll a trained corrector out on held-out members "
+                                       "against the reference, with and without it",
+                                       description=EVALUATE_DESCRIPTION,
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_evaluate_arguments(evaluate_cmd)
+    evaluate_cmd.set_defaults(handler=evaluate_command)
+
     from pompy.train.options import DESCRIPTION as TRAIN_DESCRIPTION, add_arguments as add_train_arguments
 
     train_cmd = commands.add_parser("train", help="train neural correctors through a verified torch "
@@ -319,6 +328,12 @@ def generate_command(args: argparse.Namespace) -> int:
     from pompy.generate import run_command as generate
 
     return generate(args)
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from pompy.evaluate import run_command as evaluate
+
+    return evaluate(args)
 
 
 def train_command(args: argparse.Namespace) -> int:

@@ -413,6 +413,7 @@ def test_resume_refuses_a_checkpoint_of_another_certificate(made, home, tmp_path
         trainer.save_checkpoint(0)
     finally:
         trainer.cleanup()
+    capsys.readouterr()             # the warning that the targets are the physics's own
     checkpoint = tmp_path / "out" / "checkpoint_epoch0.pt"
     recertified("implicit", tiny_config())
     assert train.certificate_id(certificate.require_certificate("implicit", "cpu", "float64",
@@ -474,6 +475,7 @@ def test_checkpoints_load_under_weights_only_and_others_are_refused(made, home, 
             trainer.save_checkpoint(0)
     finally:
         trainer.cleanup()
+    capsys.readouterr()             # the warning that the targets are the physics's own
     assert floats and not any(floats)
     body = torch.load(tmp_path / "out" / "checkpoint_epoch0.pt", weights_only=True)
     assert isinstance(body["rng"][0]["numpy"]["keys"], list) and body["learned"]["horcon"] > 0
@@ -515,9 +517,11 @@ def test_an_interrupted_run_names_its_checkpoint_and_its_command(made, home, tmp
         except KeyboardInterrupt:               # would end the test session
             pytest.fail(f"{command}: the KeyboardInterrupt escaped")
         saved = where / "out" / "checkpoint_epoch0.pt"
-        assert capsys.readouterr().err == (
-            f"pompy: interrupted (SIGINT); {saved} holds epoch 0: continue with {command} "
-            f"<the same options> --resume {saved}\n")
+        *warned, last = capsys.readouterr().err.splitlines()
+        assert last == (f"pompy: interrupted (SIGINT); {saved} holds epoch 0: continue with "
+                        f"{command} <the same options> --resume {saved}")
+        assert all("the targets were made by the physics in the loop itself" in w
+                   for w in warned) and len(warned) == 1
 
 
 def test_data_and_output_may_come_from_the_train_group(made, tmp_path):
@@ -913,3 +917,127 @@ def test_the_shipped_training_configs():
         assert args.target_time_per_step == args.steps_per_correction * config.dti
         assert (args.correction_scale, args.grad_clip_norm, args.core) == (1e-3, 1.0, "implicit")
         assert args.reuse_core_pool and args.encoder and args.decoder
+
+
+# ------------------------------------------------------------------ a reference, the baseline
+@pytest.fixture(scope="module")
+def made_reference(made, tmp_path_factory):
+    """The tiny config's data made by a reference: the explicit core at dti
+    = 120 s (dte 4 s, isplit 30), snapshots a correction cycle (480 s) apart."""
+    folder = tmp_path_factory.mktemp("reference")
+    every = 2 * DTI / 86400
+    generate(tiny_config(), folder / "data", days=(SNAPSHOTS - 1) * every, every=every,
+             core="explicit", members=MEMBERS, reference_dti=120.0, reference_dte=4.0,
+             log=open(os.devnull, "w"))
+    return made[0], made[1], folder / "data"
+
+
+def _masked_mse(pred: np.ndarray, ref: np.ndarray, mask: np.ndarray, kb: int) -> float:
+    if pred.ndim == 3:
+        pred, ref = pred[..., :kb - 1], ref[..., :kb - 1]
+        mask = np.repeat(mask[..., None], kb - 1, axis=2)
+    return float(((pred - ref) ** 2 * mask).sum() / mask.sum())
+
+
+def test_the_baseline_is_the_physics_alone_against_the_reference(made_reference, home, tmp_path,
+                                                                 capsys):
+    """The trainer's baseline (before epoch 0) is the test split's loss of
+    the implicit core alone, each sample run here as a direct run: a fresh
+    core restored from the snapshot, its step counter in its own steps of
+    240 s (the reference's snapshot is at iint of 120 s), stepped on
+    without a break to the horizon, the masked MSEs and the seed's weights
+    computed with numpy: equal to 1e-12. The data says its model, and the
+    trainer does not warn (the physics is not the reference)."""
+    from pompy.core.implicit import ImplicitCore
+    from pompy.dataset import SnapshotDataset
+
+    trainer = NPOMTrainerDDP(options(made_reference, tmp_path, "--horizon", 2))
+    try:
+        baseline = trainer.baseline_loss()
+        indices = list(trainer.test_indices)
+    finally:
+        trainer.cleanup()
+    out, err = capsys.readouterr()
+    assert "warning" not in err
+    assert re.search(r"baseline \(the physics alone, implicit core at dti = 240 s, against pompy "
+                     r"explicit core .* at dti = 120 s \(dte = 4 s x isplit = 30\), 8x7x5\): test "
+                     rf"loss \S+ \({len(indices)} samples\)", out), out
+    ds = SnapshotDataset(made_reference[2], horizon=2)
+    config, kb = tiny_config(), 5
+    totals = []
+    for i in indices:
+        sample = ds[i]
+        record = ds.restore_record(sample)
+        steps = round(float(sample["time"]) * 86400 / DTI)
+        core = ImplicitCore(config)
+        core.restore(dict(record, iint=steps, time0=0.0))
+        grid = {n: record[n].numpy() for n in ("fsm", "dum", "dvm")}
+        masks = {"T": grid["fsm"], "U": grid["dum"], "V": grid["dvm"]}
+        mse = {n: 0.0 for n in LOSS_WEIGHTS}
+        with torch.no_grad():
+            for t in range(2):
+                core.iend = steps + 2 * (t + 1)
+                core.run_time_loop()
+                for n in LOSS_WEIGHTS:
+                    mse[n] += _masked_mse(core.state[n].numpy(), sample["target"][n][t].numpy(),
+                                          masks[variables.ALL[n].location], kb) / 2
+        totals.append(mse)
+    want = sum(LOSS_WEIGHTS[n] * np.mean([m[n] for m in totals]) for n in LOSS_WEIGHTS)
+    assert want > 1e-6                      # the reference differs: something to learn
+    assert math.isclose(baseline, want, rel_tol=1e-12), (baseline, want)
+
+
+def test_the_trainer_warns_when_the_targets_are_the_physics_itself(made, home, tmp_path, capsys):
+    trainer = NPOMTrainerDDP(options(made, tmp_path))
+    trainer.cleanup()
+    err = capsys.readouterr().err
+    assert "warning: the targets were made by the physics in the loop itself (implicit core at " \
+           "dti = 240 s)" in err, err
+
+
+def test_each_epoch_prints_its_ratio_and_logs_it_beside_the_seeds_csv(made_reference, home,
+                                                                      tmp_path, capsys):
+    """epoch_log.csv: a row per epoch (lr, gradient norms, skipped steps,
+    wall time, losses, the baseline and the ratio) whose test loss is the
+    seed's CSV's Test row; train_log.csv keeps exactly the seed's columns.
+    --resume alone continues from the latest checkpoint in --output, with
+    the baseline it measured (not measured again)."""
+    from pompy.train.losses import EPOCH_COLUMNS
+
+    trainer = NPOMTrainerDDP(options(made_reference, tmp_path, "--epochs", 2, "--lr", 1e-3))
+    try:
+        trainer.train(stop_after=1)
+    finally:
+        trainer.cleanup()
+    out = capsys.readouterr().out
+    rows = read_csv(tmp_path / "out" / "epoch_log.csv")
+    assert tuple(rows[0]) == EPOCH_COLUMNS
+    seed_rows = read_csv(tmp_path / "out" / "train_log.csv")
+    assert tuple(seed_rows[0]) == CSV_COLUMNS
+    (test_row,) = [r for r in seed_rows[1:] if r[2] == "Test"]
+    row = dict(zip(EPOCH_COLUMNS, rows[1]))
+    assert row["Epoch"] == "0" and float(row["LearningRate"]) == 1e-3
+    assert float(row["TestLoss"]) == float(test_row[3])
+    assert float(row["RatioToBaseline"]) == float(row["TestLoss"]) / float(row["BaselineLoss"])
+    assert float(row["GradNorm"]) > 0 and float(row["GradNormMax"]) >= float(row["GradNorm"])
+    assert row["SkippedSteps"] == "0" and float(row["WallSeconds"]) > 0
+    ratio = float(row["RatioToBaseline"])
+    assert f"x the baseline {float(row['BaselineLoss']):.6e}" in out
+    assert f"{ratio:.4g} x the baseline" in out
+
+    resumed = NPOMTrainerDDP(options(made_reference, tmp_path, "--epochs", 2, "--lr", 1e-3,
+                                     "--resume"))
+    try:
+        assert resumed.args.resume == tmp_path / "out" / "checkpoint_last.pt"
+        assert resumed.start_epoch == 1 and resumed.baseline == float(row["BaselineLoss"])
+        resumed.train()
+    finally:
+        resumed.cleanup()
+    assert "baseline (the physics alone" not in capsys.readouterr().out
+    rows = read_csv(tmp_path / "out" / "epoch_log.csv")
+    assert [r[0] for r in rows[1:]] == ["0", "1"] and rows[1] == list(row.values())
+
+
+def test_resume_alone_needs_a_checkpoint_in_the_output(made, tmp_path):
+    with pytest.raises(train.InputError, match=r"--resume: --output .* holds no checkpoint"):
+        options(made, tmp_path, "--resume")

@@ -2,6 +2,7 @@
 
     pompy report CONFIG [--days D] [--cores explicit,implicit] [--golden DIR]
                  [--set NAME=VALUE] --output DIR [--overwrite]
+    pompy report RUN [--output DIR]     (a training run: pompy.report.training)
 
 Runs each torch core twice (torch's elementary functions, and pom2k's:
 --fortran-math) and the Fortran oracle of its scheme side by side
@@ -57,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--golden", type=Path, metavar="DIR",
                         help="compare with legacy pom2k states in DIR (iint_NNNNNN.npz, as "
                              "../shared/golden/seamount)")
-    parser.add_argument("--output", type=Path, required=True, metavar="DIR",
-                        help="the report's folder (refused if it exists, unless --overwrite)")
+    parser.add_argument("--output", type=Path, default=None, metavar="DIR",
+                        help="the report's folder (refused if it exists, unless --overwrite); "
+                             "required but for a training run (default: the run's folder)")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into an existing folder, replacing an earlier report's files")
 
@@ -234,7 +236,14 @@ def make_report(config: Config, config_file: str, names: list[str], output: Path
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """`pompy report`: 0 every check passed, 1 one failed, 3 a run stopped."""
+    """`pompy report`: 0 every check passed, 1 one failed, 3 a run stopped.
+    CONFIG a training run's folder: its page (pompy.report.training)."""
+    from pompy.report import training
+
+    if training.is_training_run(args.config):
+        return training.run_command(args.config, args.output)
+    if args.output is None:
+        raise InputError("pompy report CONFIG: --output DIR is required (the report's folder)")
     names = parse_cores(args.cores)
     overrides = list(args.set or [])
     if args.days is not None:

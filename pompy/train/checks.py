@@ -65,6 +65,8 @@ def check_options(a: argparse.Namespace, choices: Mapping[str, tuple[str, ...]])
     if a.data is None or a.output is None:
         raise InputError("--data and --output are required (or set them in &train)")
     a.data, a.output = Path(a.data), Path(a.output)
+    if a.resume is True:                     # --resume alone: the latest checkpoint
+        a.resume = latest_checkpoint(a.output)
     _check_numbers(a)
     for name, allowed in choices.items():
         if getattr(a, name) not in allowed:
@@ -89,3 +91,19 @@ def check_output(folder: Path, overwrite: bool) -> None:
         raise InputError(f"--output {folder} holds an earlier run ({', '.join(earlier[:3])}"
                          f"{' ...' if len(earlier) > 3 else ''}); --resume FILE continues it, "
                          f"--overwrite replaces it, or choose another folder")
+
+
+def latest_checkpoint(folder: Path) -> Path:
+    """The checkpoint ``--resume`` alone continues from: --output's
+    checkpoint_last.pt, else its checkpoint_epoch<E>.pt of the largest E;
+    InputError if it holds none."""
+    last = folder / "checkpoint_last.pt"
+    if last.is_file():
+        return last
+    epochs = [(int(p.stem[len("checkpoint_epoch"):]), p) for p in folder.glob("checkpoint_epoch*.pt")
+              if p.stem[len("checkpoint_epoch"):].isdigit()] if folder.is_dir() else []
+    if not epochs:
+        raise InputError(f"--resume: --output {folder} holds no checkpoint (checkpoint_last.pt "
+                         "or checkpoint_epoch<E>.pt) to continue from; give --resume FILE, or "
+                         "start without --resume")
+    return max(epochs)[1]

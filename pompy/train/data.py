@@ -15,7 +15,6 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import netCDF4
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -48,8 +47,10 @@ def open_dataset(path: Path, horizon: int, fields: Sequence[str], config: Config
 
 def _check_dataset(ds: SnapshotDataset, path: Path, horizon: int, c: Config,
                    steps_per_correction: int) -> dict:
-    """Its samples, grid, snapshot spacing and dti against the config's;
-    its land masks."""
+    """Its samples, grid and snapshot spacing against the config's (a
+    correction cycle, steps_per_correction physics steps of the config's
+    dti, in seconds: the reference that made the snapshots may step
+    another dti); its land masks."""
     if len(ds) == 0:
         raise InputError(f"--data {path}: no sample of horizon {horizon} (each member "
                          f"needs more than {horizon} snapshots)")
@@ -60,18 +61,28 @@ def _check_dataset(ds: SnapshotDataset, path: Path, horizon: int, c: Config,
         if tuple(record[name].shape) != want:
             raise InputError(f"--data {path}: its grid is {tuple(record[name].shape)}, the "
                              f"config's {want}: generate it from this config")
-    spacing = int(first["target_iint"][0]) - int(first["iint"])
-    if spacing != steps_per_correction:
-        raise InputError(f"--data {path}: snapshots are {spacing} steps apart, but a "
-                         f"correction cycle is steps_per_correction="
-                         f"{steps_per_correction} steps; generate with --every "
-                         f"{steps_per_correction * c.dti / 86400!r} days")
-    with netCDF4.Dataset(ds.paths[0]) as nc:
-        data_dti = float(nc.dti)
-    if not math.isclose(data_dti, c.dti, rel_tol=1e-12):
-        raise InputError(f"--data {path}: generated with dti = {data_dti} s, the config's "
-                         f"dti is {c.dti} s")
+    spacing = (float(first["target_time"][0]) - float(first["time"])) * 86400.0
+    cycle = steps_per_correction * c.dti
+    if not math.isclose(spacing, cycle, rel_tol=1e-9):
+        raise InputError(f"--data {path}: snapshots are {spacing:g} s apart, but a correction "
+                         f"cycle is steps_per_correction x dti = {steps_per_correction} x "
+                         f"{c.dti:g} s = {cycle:g} s; generate with --every "
+                         f"{cycle / 86400!r} days")
     return {n: record[n] for n in ("fsm", "dum", "dvm")}
+
+
+def same_model_warning(ds: SnapshotDataset, core: str, config: Config) -> str | None:
+    """A warning when the dataset's targets come from the physics that will
+    train on them (the same core at the same dti): the physics alone then
+    reproduces them and a corrector has nothing to learn."""
+    made = ds.model
+    if made["core"] == core and math.isclose(made["dti"], config.dti, rel_tol=1e-12):
+        return (f"pompy train: warning: the targets were made by the physics in the loop "
+                f"itself ({core} core at dti = {config.dti:g} s): the physics alone reproduces "
+                f"them and the correctors have nothing to learn; generate the data with a "
+                f"reference (the config's &generate core and reference_dti, e.g. the explicit "
+                f"core at a shorter dti)")
+    return None
 
 
 def split_members(ds: SnapshotDataset, test_fraction: float) -> tuple[list[int], list[int]]:
@@ -86,11 +97,13 @@ def split_members(ds: SnapshotDataset, test_fraction: float) -> tuple[list[int],
 
 def collate_samples(dataset: SnapshotDataset, samples: list[dict]) -> tuple[dict, dict]:
     """(ics, refs) of a list of SnapshotDataset samples: ics = {"state":
-    {name: (B, ...)}, "iint": (B,), "time0": (B,), "params": {name: (B,)}},
+    {name: (B, ...)}, "iint": (B,), "time": (B,) days, "time0": (B,), "params":
+    {name: (B,)}},
     refs = {name: (B, T, ...)}."""
     ics = {"state": {name: torch.stack([s["state"][name] for s in samples])
                      for name in samples[0]["state"]},
            "iint": torch.tensor([int(s["iint"]) for s in samples]),
+           "time": torch.tensor([float(s["time"]) for s in samples], dtype=torch.float64),
            "time0": torch.tensor([float(dataset.restore_record(s)["time0"]) for s in samples],
                                  dtype=torch.float64),
            "params": {name: torch.tensor([member_params(s)[name] for s in samples],

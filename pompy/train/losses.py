@@ -16,6 +16,13 @@ LOSS_WEIGHTS: dict[str, float] = {"u": 12.0, "ub": 18.0, "v": 10.0, "vb": 12.0, 
 LOSS_FIELDS = tuple(LOSS_WEIGHTS)
 CSV_COLUMNS = ("Epoch", "Step", "Phase", "TotalLoss",
                *(f"{name.upper()}_MSE" for name in LOSS_FIELDS))
+# the per-epoch log (epoch_log.csv, beside the seed's train_log.csv): the
+# epoch's learning rate, the mean and largest gradient norm of its steps
+# (before clipping), the steps skipped so far, its wall time (s), the mean
+# training loss, the test split's loss, the baseline (the test split's loss
+# of the physics alone) and the test loss's ratio to it
+EPOCH_COLUMNS = ("Epoch", "LearningRate", "GradNorm", "GradNormMax", "SkippedSteps",
+                 "WallSeconds", "TrainLoss", "TestLoss", "BaselineLoss", "RatioToBaseline")
 
 
 def _squared_errors(preds: Mapping, refs: Mapping, grid: Mapping, kb: int,

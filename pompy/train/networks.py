@@ -103,21 +103,38 @@ def convert_sync_batchnorm(module: nn.Module, device: torch.device | str = "cpu"
     return module
 
 
-def _block(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.BatchNorm2d(cout),
+# the CorrectorNet's normalisation layers (option ``norm``)
+NORMS = ("batch", "group")
+
+
+def _norm(kind: str, channels: int) -> nn.Module:
+    """batch: nn.BatchNorm2d (the seed's; SyncBatchNorm once converted);
+    group: nn.GroupNorm of groups of 4 channels, per sample, the same in
+    training and evaluation whatever the batch."""
+    if kind == "group":
+        return nn.GroupNorm(max(channels // 4, 1), channels)
+    if kind != "batch":
+        raise ValueError(f"norm {kind!r}: one of {', '.join(NORMS)}")
+    return nn.BatchNorm2d(channels)
+
+
+def _block(cin: int, cout: int, stride: int = 1, norm: str = "batch") -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1), _norm(norm, cout),
                          nn.ReLU())
 
 
 class CorrectorNet(nn.Module):
     """A conv encoder-decoder (two 3x3 conv blocks, a stride-2 block, an
     upsampled block joined with the skip, a 3x3 head) from packed
-    channels to corrections of the same channels, zero on land."""
+    channels to corrections of the same channels, zero on land. ``norm``:
+    the blocks' normalisation (NORMS; the seed's batch norm by default)."""
 
-    def __init__(self, channels: int, hidden: int, mask: torch.Tensor):
+    def __init__(self, channels: int, hidden: int, mask: torch.Tensor, norm: str = "batch"):
         super().__init__()
-        self.enc = nn.Sequential(_block(channels, hidden), _block(hidden, hidden))
-        self.down = _block(hidden, 2 * hidden, stride=2)
-        self.up = _block(2 * hidden, hidden)
+        self.enc = nn.Sequential(_block(channels, hidden, norm=norm),
+                                 _block(hidden, hidden, norm=norm))
+        self.down = _block(hidden, 2 * hidden, stride=2, norm=norm)
+        self.up = _block(2 * hidden, hidden, norm=norm)
         self.head = nn.Conv2d(2 * hidden, channels, 3, padding=1)
         self.register_buffer("mask", mask.clone())
 

@@ -37,6 +37,7 @@ class Option:
     in_namelist: bool = True           # False: the command line alone sets it
     required: bool = False
     metavar: str | None = None         # None: by its type (_METAVARS)
+    const: object = None               # the value of the flag given alone (its value optional)
 
     @property
     def flag(self) -> str:
@@ -66,7 +67,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("output", Path, None, "folder for train_log.csv and the checkpoints (this or "
            "&train's output is required)", metavar="DIR"),
     Option("resume", Path, None, "continue from this checkpoint file (trained under the same "
-           "certificate)", in_namelist=False, metavar="FILE"),
+           "certificate); alone: from the latest checkpoint in --output",
+           in_namelist=False, metavar="FILE", const=True),
     Option("batch_size", int, 1, "samples per batch on each process"),
     Option("lr", float, 1e-4, "Adam's initial learning rate (cosine-annealed to 1e-7 over the "
            "epochs)"),
@@ -94,6 +96,9 @@ OPTIONS: tuple[Option, ...] = (
            "physics"),
     Option("hidden_channels", int, 32, "channels of the CorrectorNets' full-resolution blocks "
            "(twice that downsampled)"),
+    Option("norm", str, "batch", "the CorrectorNets' normalisation: batch (the seed's "
+           "SyncBatchNorm: running statistics in the test phase) or group (GroupNorm per "
+           "sample, the same in both phases)", choices=("batch", "group")),
     Option("test_fraction", float, 0.25, "fraction of the members, the last ones, kept for the "
            "test phase, in [0, 1)"),
     Option("normalizer_samples", int, 64, "training samples, evenly spread, the normaliser is "
@@ -129,6 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             kw.update(type=option.type, choices=option.choices,
                       metavar=None if option.choices else option.metavar or _METAVARS[option.type])
+            if option.const is not None:
+                kw.update(nargs="?", const=option.const)
         parser.add_argument(option.flag, **kw)
 
 

@@ -57,7 +57,10 @@ def inject_core_state(core, ics: Mapping, sample_index: int) -> None:
                                                      for name, value in ics["params"].items()}))
     iint, time0 = int(ics["iint"][sample_index]), float(ics["time0"][sample_index])
     core.iint, core.time0 = iint, time0
-    core.time = core.config.dti * iint / 86400.0 + time0
+    # the snapshot's model time (its own dti * iint / 86400 + time0: the
+    # reference's steps, which may be shorter than this core's)
+    core.time = float(ics["time"][sample_index]) if "time" in ics else \
+        core.config.dti * iint / 86400.0 + time0
     core.last_good = None
 
 

@@ -94,9 +94,9 @@ from pompy.train.checkpoint import (certificate_id, kept_log_rows, load_networks
                                     rng_state, save_atomically, set_rng_state)
 from pompy.train.checks import check_output
 from pompy.train.data import (Normalizer, apply_correction_to_pom, collate_samples, open_dataset,
-                              pack_pom_batch, split_members)
-from pompy.train.losses import (CSV_COLUMNS, LOSS_FIELDS, component_losses, sample_losses,
-                                weighted_total)
+                              pack_pom_batch, same_model_warning, split_members)
+from pompy.train.losses import (CSV_COLUMNS, EPOCH_COLUMNS, LOSS_FIELDS, component_losses,
+                                sample_losses, weighted_total)
 from pompy.train.networks import CorrectorNet, PhysicsParameters, convert_sync_batchnorm
 from pompy.train.options import load_model_config
 from pompy.train.pool import CorePool, build_initialized_core, inject_core_state, run_as_ensemble
@@ -126,8 +126,10 @@ class NPOMTrainerDDP:
         self.dtype = getattr(torch, args.dtype)
         # the networks' weights: float32 under --amp bf16 (autocast's master copy)
         self.net_dtype = torch.float32 if args.amp == "bf16" else self.dtype
-        self.log_file = None
+        self.log_file = self.epoch_file = None
         self.skipped_steps = 0
+        self.baseline: float | None = None      # the test split's loss of the physics alone
+        self.grad_norms: list[float] = []        # this epoch's, before clipping
         self.training = True                   # the phase (_set_mode)
         self.last_checkpoint: tuple[Path, int] | None = None     # (file, its epoch)
         self.config = self._load_config()     # (the certificate's key holds its grid, cg_tol, ...)
@@ -143,6 +145,10 @@ class NPOMTrainerDDP:
         self._build_model(resume)
         if resume is not None:
             self._load_checkpoint(resume)
+        if self.is_main:
+            warning = same_model_warning(self.dataset, args.core, self.config)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
         if self.is_main:
             self._open_log(resume is not None)
 
@@ -240,7 +246,8 @@ class NPOMTrainerDDP:
     def _build_corrector(self) -> nn.Module:
         """A CorrectorNet, SyncBatchNorm, DDP-wrapped (one process: plain)."""
         channels = 4 * (self.config.kb - 1) + 5
-        net = CorrectorNet(channels, int(self.args.hidden_channels), self.normalizer.mask)
+        net = CorrectorNet(channels, int(self.args.hidden_channels), self.normalizer.mask,
+                           norm=str(self.args.norm))
         net = convert_sync_batchnorm(net, self.device).to(device=self.device, dtype=self.net_dtype)
         return self._wrap(net)
 
@@ -273,6 +280,12 @@ class NPOMTrainerDDP:
         self.log_file = open(self.log_path, "w")
         self.log_file.write("".join([",".join(CSV_COLUMNS) + "\n", *kept]))
         self.log_file.flush()
+        # the per-epoch log beside the seed's CSV (whose columns stay the seed's)
+        self.epoch_log_path = self.args.output / "epoch_log.csv"
+        kept = kept_log_rows(self.epoch_log_path, self.start_epoch) if resuming else []
+        self.epoch_file = open(self.epoch_log_path, "w")
+        self.epoch_file.write("".join([",".join(EPOCH_COLUMNS) + "\n", *kept]))
+        self.epoch_file.flush()
 
     # -------------------------------------------------------------- the batch
     def _borrow_poms(self, batch_size: int | None = None) -> list:
@@ -298,13 +311,16 @@ class NPOMTrainerDDP:
             apply_correction_to_pom(pom, corrections[i], self.normalizer,
                                     scale_factor=float(self.args.correction_scale))
 
-    def run_physics_multistep(self, poms: list, ics: Mapping, n_steps: int) -> dict:
+    def run_physics_multistep(self, poms: list, ics: Mapping, n_steps: int,
+                              corrected: bool = True) -> dict:
         """The seed's forward: inject, then per cycle encoder, decoder
         forward, physics, decoder correction, record. (B, T, ...) per field.
         A core that stops keeps its last good state for the rest of the
         batch (the networks still run on every rank) and is marked in
-        ``self.failed``."""
-        nets = self._phase_networks()
+        ``self.failed``. ``corrected`` False: the physics alone (no
+        network, no learned parameter), the baseline."""
+        nets = self._phase_networks() if corrected else \
+            {"encoder": None, "decoder": None, "physics": None}
         encoder, decoder, physics = nets["encoder"], nets["decoder"], nets["physics"]
         self._inject(poms, ics, physics)
         seq = {key: [] for key in LOSS_FIELDS}
@@ -411,6 +427,8 @@ class NPOMTrainerDDP:
         step (on every rank: DDP's gradients are the same on each)."""
         clip = float(self.args.grad_clip_norm)
         norm = clip_gradients(self.trainable_params, clip if clip > 0 else math.inf)
+        if norm is not None:
+            self.grad_norms.append(norm)
         if norm is not None and not math.isfinite(norm):
             self.skipped_steps += 1
             if self.is_main:
@@ -419,14 +437,17 @@ class NPOMTrainerDDP:
         else:
             self.optimizer.step()
 
-    def run_single_test_batch(self, ics: Mapping, refs: Mapping) -> torch.Tensor:
+    def run_single_test_batch(self, ics: Mapping, refs: Mapping,
+                              corrected: bool = True) -> torch.Tensor:
         """This batch's share of the test split's loss: per field, the sum of
         its samples' MSEs; then its number of samples (float64, on the
-        device: test_epoch adds every rank's batches up, then divides)."""
+        device: test_epoch adds every rank's batches up, then divides).
+        ``corrected`` False: of the physics alone (the baseline)."""
         self._set_mode(False)
         with torch.no_grad():
             poms = self._borrow_poms(len(ics["iint"]))
-            preds = self.run_physics_multistep(poms, ics, n_steps=refs["u"].shape[1])
+            preds = self.run_physics_multistep(poms, ics, n_steps=refs["u"].shape[1],
+                                               corrected=corrected)
             losses = sample_losses(preds, refs, self.grid, self.config.kb, self.device)
         sums = [losses[n].double().sum() for n in LOSS_FIELDS]
         return torch.stack(sums + [sums[0].new_tensor(float(len(poms)))])
@@ -470,22 +491,45 @@ class NPOMTrainerDDP:
         sample counts added over all of them, divided once. It is logged as
         one Test row (Step 0) of CSV_COLUMNS, not a row per batch: a batch's
         loss, and a per-rank average, would depend on the number of
-        processes and the batch size; this depends on neither."""
+        processes and the batch size; this depends on neither. Printed with
+        its ratio to the baseline (the physics alone)."""
         if not self.test_indices:
             return None
+        values, count = self._test_split_loss(f"epoch {epoch} test", corrected=True)
+        self.log_step(epoch, 0, "Test", values)
+        if self.is_main:
+            ratio = (f", {values[0] / self.baseline:.4g} x the baseline {self.baseline:.6e}"
+                     if self.baseline else "")
+            print(f"epoch {epoch}: test loss {values[0]:.6e} ({count} samples){ratio}",
+                  flush=True)
+        return values[0]
+
+    def _test_split_loss(self, desc: str, corrected: bool) -> tuple[list[float], int]:
+        """[total, per-field losses x loss_display_scale] of the whole test
+        split (see test_epoch), and its number of samples."""
         sums = torch.zeros(len(LOSS_FIELDS) + 1, dtype=torch.float64, device=self.device)
-        for ics, refs in self._progress(self.test_loader, f"epoch {epoch} test"):
-            sums += self.run_single_test_batch(ics, refs)
+        for ics, refs in self._progress(self.test_loader, desc):
+            sums += self.run_single_test_batch(ics, refs, corrected=corrected)
         if self.distributed:
             dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         *fields, count = sums.cpu().tolist()
         average = dict(zip(LOSS_FIELDS, (s / count for s in fields)))
         scale = float(self.args.loss_display_scale)
-        values = [self.combine_loss_components(average)] + [average[n] * scale
-                                                            for n in LOSS_FIELDS]
-        self.log_step(epoch, 0, "Test", values)
+        values = [float(self.combine_loss_components(average))] + [average[n] * scale
+                                                                   for n in LOSS_FIELDS]
+        return values, int(count)
+
+    def baseline_loss(self) -> float | None:
+        """The test split's loss of the physics alone (no correction, no
+        learned parameter): what the correctors are measured against.
+        Printed; None where the test split is empty."""
+        if not self.test_indices:
+            return None
+        values, count = self._test_split_loss("baseline", corrected=False)
         if self.is_main:
-            print(f"epoch {epoch}: test loss {values[0]:.6e} ({int(count)} samples)", flush=True)
+            print(f"baseline (the physics alone, {self.args.core} core at dti = "
+                  f"{self.config.dti:g} s, against {self.dataset.model['description']}): test "
+                  f"loss {values[0]:.6e} ({count} samples)", flush=True)
         return values[0]
 
     def learned_values(self) -> dict[str, float]:
@@ -497,17 +541,39 @@ class NPOMTrainerDDP:
         as an interrupted run would)."""
         last = self.args.epochs if stop_after is None else \
             min(self.args.epochs, self.start_epoch + stop_after)
+        if self.baseline is None:
+            self.baseline = self.baseline_loss()
         for epoch in range(self.start_epoch, last):
             started = time.perf_counter()
-            self.train_epoch(epoch)
-            self.test_epoch(epoch)
+            self.grad_norms = []
+            lr = float(self.optimizer.param_groups[0]["lr"])
+            train_loss = self.train_epoch(epoch)
+            test_loss = self.test_epoch(epoch)
             self.scheduler.step()
             if self.is_main and self.physics is not None:
                 print(f"epoch {epoch}: learned " + ", ".join(
                     f"{n}={v:.6g}" for n, v in self.learned_values().items()), flush=True)
             self.save_checkpoint(epoch)
+            wall = time.perf_counter() - started
+            self.log_epoch(epoch, lr, train_loss, test_loss, wall)
             if self.is_main:
-                print(f"epoch {epoch}: {time.perf_counter() - started:.1f} s", flush=True)
+                print(f"epoch {epoch}: {wall:.1f} s", flush=True)
+
+    def log_epoch(self, epoch: int, lr: float, train_loss: float, test_loss: float | None,
+                  wall: float) -> None:
+        """A row of the per-epoch log (EPOCH_COLUMNS; rank 0)."""
+        if self.epoch_file is None:
+            return
+        norms = [n for n in self.grad_norms if math.isfinite(n)]
+        nan = float("nan")
+        ratio = test_loss / self.baseline if test_loss is not None and self.baseline else nan
+        row = [epoch, lr, float(np.mean(norms)) if norms else nan, max(norms, default=nan),
+               self.skipped_steps, wall, train_loss,
+               nan if test_loss is None else test_loss,
+               nan if self.baseline is None else self.baseline, ratio]
+        self.epoch_file.write(",".join(str(v) if isinstance(v, int) else repr(float(v))
+                                       for v in row) + "\n")
+        self.epoch_file.flush()
 
     # -------------------------------------------------------------- checkpoints
     def save_checkpoint(self, epoch: int) -> Path | None:
@@ -540,7 +606,7 @@ class NPOMTrainerDDP:
                 "normalizer": {k: v.cpu() for k, v in self.normalizer.state_dict().items()},
                 "learned": self.learned_values(),
                 "rng": rng, "world_size": self.world_size,
-                "skipped_steps": self.skipped_steps,
+                "skipped_steps": self.skipped_steps, "baseline": self.baseline,
                 "certificate": {"id": self.certificate_id, "key": self.certificate.get("key")},
                 "options": {k: (str(v) if isinstance(v, Path) else v)
                             for k, v in vars(self.args).items()}}
@@ -552,14 +618,16 @@ class NPOMTrainerDDP:
         self.start_epoch = int(body["epoch"]) + 1
         self.last_checkpoint = (self.args.resume, int(body["epoch"]))
         self.skipped_steps = int(body.get("skipped_steps", 0))
+        self.baseline = body.get("baseline")
         rng = body.get("rng") or []
         if len(rng) == self.world_size and rng[self.global_rank] is not None:
             set_rng_state(rng[self.global_rank], self.device)
 
     def cleanup(self) -> None:
-        if self.log_file is not None:
-            self.log_file.close()
-            self.log_file = None
+        for name in ("log_file", "epoch_file"):
+            if getattr(self, name) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)
         if hasattr(self, "dataset"):
             self.dataset.close()
         if self.distributed and dist.is_initialized():

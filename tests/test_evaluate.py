@@ -1,0 +1,129 @@
+"""`pompy evaluate`: a trained run's corrected and uncorrected rollouts on
+held-out members against the reference (the tiny dataset of test_train,
+made by the explicit core at dti = 120 s; the physics, the implicit core
+at 240 s): the uncorrected rollout is a `pompy run` of the member to the
+bit, the files hold what the rollouts measure, bad input is one line."""
+import csv
+import json
+import math
+
+import netCDF4
+import numpy as np
+import pytest
+import torch
+from test_train import (  # noqa: F401 - the fixtures made, made_reference, verified
+    LOSS_WEIGHTS,
+    NPOMTrainerDDP,
+    certified,
+    made,
+    made_reference,
+    options,
+    verified,
+)
+
+from pompy import cli
+from pompy.dataset import SnapshotDataset
+from pompy.evaluate import build_model, load_run, rollouts
+
+CYCLES = 3
+
+
+@pytest.fixture(scope="module")
+def trained(made_reference, verified, tmp_path_factory):  # noqa: F811 - fixtures
+    """A run of one epoch on the reference data (the implicit core)."""
+    where = tmp_path_factory.mktemp("evaluate")
+    with pytest.MonkeyPatch.context() as mp:
+        certified(verified, where, mp, "implicit")
+        trainer = NPOMTrainerDDP(options(made_reference, where, "--lr", 1e-3,
+                                         "--correction_scale", 0.01))
+        try:
+            trainer.train()
+        finally:
+            trainer.cleanup()
+    return where / "out", made_reference[2]
+
+
+def test_the_uncorrected_rollout_is_a_pompy_run_of_the_member(trained, tmp_path):
+    """Member 0 from its initial state (the set-up): the uncorrected
+    rollout, cycle by cycle, equals the records of `pompy run --core
+    implicit` of the config, bit for bit; the corrected one differs."""
+    run, data = trained
+    body, opts = load_run(run, None, None)
+    model = build_model(body, opts)
+    ds = SnapshotDataset(data, horizon=CYCLES)
+    corrected, uncorrected, refs, lead = rollouts(model, ds, [0])
+    assert lead == [480.0 * (n + 1) for n in range(CYCLES)]
+    assert cli.main(["run", opts["config"], "--core", "implicit", "--steps", str(2 * CYCLES),
+                     "--output-every", repr(480 / 86400), "--output", str(tmp_path)]) == 0
+    with netCDF4.Dataset(tmp_path / "implicit_output.nc") as out:
+        out.set_auto_mask(False)
+        assert len(out["time"]) == CYCLES
+        for name in LOSS_WEIGHTS:
+            got = uncorrected[name][0].numpy()                    # (N, pom2k order)
+            want = np.stack([np.asarray(out[name][n]).T for n in range(CYCLES)])
+            assert np.array_equal(got, want), name
+    assert not torch.equal(corrected["el"], uncorrected["el"])
+    assert torch.equal(refs["el"][0], ds[0]["target"]["el"])
+
+
+def test_evaluate_writes_the_table_the_figure_and_the_ratios(trained, capsys):
+    """The JSON's ratio_to_baseline is, by lead, the corrected loss over the
+    uncorrected (the run's weights on the per-field MSEs, whose roots are
+    the RMSEs of the CSV); the worst is printed last."""
+    run, data = trained
+    assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    result = json.loads((run / "evaluation.json").read_text())
+    assert result["members"] == [2] and result["cycles"] == CYCLES        # the held-out member
+    assert len(result["ratio_to_baseline"]) == CYCLES
+    for label in ("corrected", "uncorrected"):
+        rmse = result["rmse"][label]
+        for n in range(CYCLES):
+            loss = sum(w * rmse[f][n] ** 2 for f, w in LOSS_WEIGHTS.items())
+            assert math.isclose(result[f"{label}_loss"][n], loss, rel_tol=1e-12)
+    for n, ratio in enumerate(result["ratio_to_baseline"]):
+        assert ratio == result["corrected_loss"][n] / result["uncorrected_loss"][n]
+    worst = max(result["ratio_to_baseline"])
+    assert out[-1].startswith(f"pompy evaluate: worst ratio_to_baseline {worst:.4g} at lead ")
+    with open(run / "evaluation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * CYCLES and rows[0]["model"] == "corrected"
+    assert float(rows[1]["el_rmse"]) == result["rmse"]["uncorrected"]["el"][0]
+    assert (run / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
+    assert "explicit core" in result["data_model"] and result["certificate"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nowhere"], "nowhere: not a folder"),
+    (["{run}", "--cycles", "4"], "no sample of horizon 4"),
+    (["{run}", "--members", "9", "--cycles", "3"], "--members: 9 not in the data"),
+    (["{run}", "--cycles", "0"], "--cycles 0: must be >= 1"),
+])
+def test_bad_input_is_one_line(trained, capsys, argv, message):
+    run, data = trained
+    argv = [a.format(run=run) for a in argv]
+    assert cli.main(["evaluate", *argv, "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pompy: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_pompy_report_shows_a_training_run(trained, capsys):
+    """`pompy report RUN`: the loss curves (epoch_log's baseline and ratio),
+    the evaluation's figure and table, the certificate id and the data's
+    provenance, in RUN/training_report.html and .json."""
+    run, data = trained
+    assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES)]) == 0
+    capsys.readouterr()
+    assert cli.main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"{run / 'training_report.html'}" in out and "worst ratio_to_baseline" in out
+    body = json.loads((run / "training_report.json").read_text())
+    evaluation = json.loads((run / "evaluation.json").read_text())
+    assert body["evaluation"]["ratio_to_baseline"] == evaluation["ratio_to_baseline"]
+    assert body["curves"]["BaselineLoss"][0] > 0 and body["epochs"] == [0]
+    assert body["certificate"]["id"] == evaluation["certificate"]
+    assert body["provenance"]["core"] == "explicit" and body["provenance"]["dti"] == 120.0
+    assert "explicit core" in body["provenance"]["target_model"]
+    page = (run / "training_report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and evaluation["certificate"] in page
+    assert "ratio_to_baseline" in page and "target_model" in page
