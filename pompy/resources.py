@@ -16,7 +16,7 @@ CPU runs of the box at 65x49x21 and 200x200x21 (state 20 and 249 MB):
 
 (the set-up runs in float64 on the CPU and is then copied to the core's
 dtype, so float32 saves less than half). With gradients each step keeps
-its graph: measured at 65x49x21 (README, Gradients) 307 MB per step
+its graph: measured at 65x49x21 (validation/gradient_memory.py) 307 MB per step
 without checkpointing (15.4 states), 229 MB with checkpoint="routines"
 (11.5); checkpoint="steps" (two levels) peaks at 1.06 GB for 240 steps
 (0.13 states per step over the base and the run's own 5; 0.05 at 960

@@ -1,4 +1,4 @@
-"""Autodiff that is right in every mode or says no (issue 9): forward mode
+"""Autodiff that is right in every mode or says no: forward mode
 against reverse mode through whole steps, the safe ops under torch.func,
 gradients through load_state and inject, dtype conversion of a leaf, a
 core's own gradient policies (argument and &gradient_policy group), and

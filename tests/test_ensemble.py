@@ -1,4 +1,4 @@
-"""An ensemble of members (pompy.core.ensemble, issue 14): each member
+"""An ensemble of members (pompy.core.ensemble): each member
 equals its own single run to the last bit, on both cores and in every
 mode; gradients flow; a stop names its member and keeps the last good
 state."""

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing silent (issue 10): signals, periodic restarts,
+"""Nothing lost, nothing silent: signals, periodic restarts,
 refused overwrites, memory and device checks, output folders, exit codes,
 progress lines in logs, --fortran-math. Each test makes the fault or feeds
 the bad input, then checks the exit status, the message and that no

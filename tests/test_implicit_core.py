@@ -1,4 +1,4 @@
-"""The implicit core (issue 11): its elevation operator, the two solvers
+"""The implicit core: its elevation operator, the two solvers
 against scipy's direct solve, implicit differentiation against finite
 differences, continuity and conservation, gradients through whole steps,
 and the fast path. The comparison with its Fortran twin is in

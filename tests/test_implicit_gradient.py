@@ -1,4 +1,4 @@
-"""The implicit core's gradient is its Fortran twin's gradient (issue 11).
+"""The implicit core's gradient is its Fortran twin's gradient.
 
 The pattern of tests/test_gradient_vs_fortran.py (its direction, smooth
 and Loss, imported) on the implicit core: a 21x17x11 seamount

@@ -1,4 +1,4 @@
-"""pompy verify (issue 12's gate): the certificate it writes, the trainer's
+"""pompy verify: the certificate it writes, the trainer's
 look-up of it (pompy.verify.certificate.require_certificate), and that it fails
 where the core is wrong.
 

@@ -1,4 +1,4 @@
-"""The implicit core's long checks (issue 11), too long for the test suite.
+"""The implicit core's long checks, too long for the test suite.
 
     python3 validation/implicit_core.py            # all four
     python3 validation/implicit_core.py --only long|limit|day|solvers

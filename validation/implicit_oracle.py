@@ -1,4 +1,4 @@
-"""The implicit core against its Fortran twin over whole runs (issue 11),
+"""The implicit core against its Fortran twin over whole runs,
 too long for the test suite (the torch core takes minutes on the CPU).
 
     python3 validation/implicit_oracle.py                  # every case

@@ -1,7 +1,7 @@
 """Time and memory of one training physics step: the implicit core's
 internal step under autograd, forward and backward, on the seamount at
 a given grid (dti 240 s as the training configs, cg_maxiter as
-configs/train_360x240.nml), for the README's estimate at 360x240x25.
+configs/train_360x240.nml), for the estimate at 360x240x25 (docs/performance).
 
     python3 validation/train_step_cost.py                 # 65x49x21 and 256x256x31
     python3 validation/train_step_cost.py --grids 65x49x21 --steps 2 --threads 2

@@ -5,7 +5,7 @@ calls a step eager at 65x49x21, each 3-D field 535 kB there); glibc's
 malloc serves blocks that size from fresh pages more often than tcmalloc,
 which keeps freed blocks for the next request. Measured at 65x49x21
 float64, one thread, processes alternating (validation/benchmark.py's
-step, README "Speed"): eager 51-56 ms a step against 57-64 with glibc,
+step; docs/performance): eager 51-56 ms a step against 57-64 with glibc,
 compiled 21-24 against 23-27. The bits do not change (an allocator
 places tensors, it computes nothing; tests/test_allocator.py runs
 ``pompy run`` on each and compares the restarts).
