@@ -13,16 +13,21 @@ the PCG with it converges in 12-14 iterations on each seamount grid from
 The levels. The operator A (pompy.core.external.cg.FivePoint) is split on
 each active cell into its faces' coefficients and what is left on the
 diagonal, the cell's own term m = diag - (sum of its faces) >= 0 (its area
-art, plus the radiation term on the open edges). A coarse cell is a 2x2
-block of fine interior cells (one column or row of padding where the
-interior is odd), active where any of them is; its own term is the sum of
-theirs (an area adds up), and the coefficient of a coarse face is half the
-sum of the two fine faces it covers: c_f is theta^2 dt^2 g D dy/dx, which
-the same grid coarsened keeps (dy/dx unchanged), while the Galerkin
-product of piecewise-constant interpolation (P^T A P) would give the sum,
-a coarse operator twice too stiff for the waves it must correct (Braess's
-observation for aggregation multigrid). Land stays land: a coarse face
-joins two coarse cells only where a fine face joined two active cells.
+art, plus the radiation term on the open edges). A coarse cell is a block
+of 2x2 fine interior cells (2x1 or 1x2 once the interior is COARSEST cells
+or fewer in one direction, which then stays: a long channel coarsens
+along its length; one row or column of padding where the interior is
+odd), active where any of them is; its own term is the sum of theirs (an
+area adds up), and the coefficient of a coarse face is the sum of the
+fine faces it covers over the coarsening factor across it (half the sum
+of two for 2x2 blocks): c_f is theta^2 dt^2 g D dy/dx, and coarsened by
+2 in x a cell's dx doubles while the face's dy is the two fine faces'.
+The Galerkin product of piecewise-constant interpolation (P^T A P) would
+give the sum, a coarse operator twice too stiff for the waves it must
+correct (Braess's observation for aggregation multigrid; measured on the
+seamount at dti 600 s: 30 iterations where this takes 14). Land stays
+land: a coarse face joins two coarse cells only where a fine face joined
+two active cells.
 
 The cycle. Restriction is P^T (the sum over a block's active cells) and
 prolongation P (the coarse value on each active cell of the block, 0 on
@@ -47,17 +52,13 @@ from pompy.core.external.cg import FivePoint, _apply, _Interior, _interior
 
 # Gauss-Seidel sweeps (red and black) before and after each coarse correction
 SWEEPS = 2
-# the coarsest level: coarsening stops once the interior is this small in
-# either direction, where SWEEPS_COARSEST symmetric sweeps solve it (its
-# own terms, 4^levels times the finest's, dominate there: 1, 2, 4 or 8
-# sweeps all gave 12-14 iterations on the seamount grids at dti 600 s, and
-# 13-16 with every face 16 times stiffer)
+# the coarsest level: a direction is coarsened while the interior has more
+# than COARSEST cells along it; at the coarsest SWEEPS_COARSEST symmetric
+# sweeps solve (its own terms, up to 4^levels times the finest's, dominate
+# there: 1, 2, 4 or 8 sweeps all gave 12-14 iterations on the seamount
+# grids at dti 600 s, and 13-16 with every face 16 times stiffer)
 COARSEST = 3
 SWEEPS_COARSEST = 2
-# a coarse face's coefficient: this times the sum of the two fine faces it
-# covers (the module docstring; measured at dti 600 s on the seamount at
-# 360x240 and 720x480: 14 iterations to 1e-12, the Galerkin sum's 1.0 30)
-COARSE_FACE = 0.5
 
 
 class Level(NamedTuple):
@@ -67,33 +68,26 @@ class Level(NamedTuple):
     red: Tensor            # 1/diag on the cells of (i + j) even, the first colour; 0 elsewhere
     black: Tensor          # likewise on the other cells (land and the ring: 1, identity rows)
     active: Tensor         # a.active's interior (what restriction sums)
+    factors: tuple[int, int]   # the blocks of the next level: 2 (or 1) cells along i and j
 
 
 def _level(a: FivePoint) -> Level:
     im, jm = a.diag.shape
+    factors = (2 if im - 2 > COARSEST else 1, 2 if jm - 2 > COARSEST else 1)
     i = torch.arange(im, device=a.diag.device)[:, None]
     j = torch.arange(jm, device=a.diag.device)[None, :]
     red = (i + j) % 2 == 0
     inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
     zero = torch.zeros_like(inverse)
     return Level(a, _interior(a), torch.where(red, inverse, zero), torch.where(red, zero, inverse),
-                 a.active[1:im - 1, 1:jm - 1])
+                 a.active[1:im - 1, 1:jm - 1], factors)
 
 
-def _pairs(a: Tensor) -> Tensor:
-    """The interior array a (n, m) padded with zeros to even sizes, summed
-    over 2x2 blocks: (ceil(n/2), ceil(m/2))."""
-    n, m = a.shape
-    a = F.pad(a, (0, m % 2, 0, n % 2))
-    return a.reshape((n + 1) // 2, 2, (m + 1) // 2, 2).sum((1, 3))
-
-
-def _along(a: Tensor, dim: int) -> Tensor:
-    """a summed over pairs along ``dim`` (padded with a zero where odd)."""
-    n = a.shape[dim]
-    a = F.pad(a, (0, n % 2) if dim == 1 else (0, 0, 0, n % 2))
-    shape = (a.shape[0], a.shape[1] // 2, 2) if dim == 1 else (a.shape[0] // 2, 2, a.shape[1])
-    return a.reshape(shape).sum(dim + 1)
+def _blocks(a: Tensor, fx: int, fy: int) -> Tensor:
+    """The interior array a (n, m) padded with zeros to whole blocks, summed
+    over blocks of fx x fy: (ceil(n/fx), ceil(m/fy))."""
+    a = F.pad(a, (0, -a.shape[1] % fy, 0, -a.shape[0] % fx))
+    return a.reshape(a.shape[0] // fx, fx, a.shape[1] // fy, fy).sum((1, 3))
 
 
 def _ring(a: Tensor, value: float) -> Tensor:
@@ -101,34 +95,34 @@ def _ring(a: Tensor, value: float) -> Tensor:
     return F.pad(a, (1, 1, 1, 1), value=value)
 
 
-def coarsen(a: FivePoint) -> FivePoint:
-    """The coarse operator of ``a`` (the module docstring): 2x2 blocks of
-    the interior, own terms summed, each coarse face half its two fine
-    faces, and a boundary ring of identity rows around it."""
-    v = _interior(a)
+def coarsen(level: Level) -> FivePoint:
+    """The coarse operator of a level (the module docstring): blocks of its
+    interior, own terms summed, each coarse face the fine faces it covers
+    over the factor across it, and a boundary ring of identity rows."""
+    v, (fx, fy) = level.stencil, level.factors
     zero = torch.zeros_like(v.diag)
     own = torch.where(v.active, v.diag - (v.cx + v.cx_p + v.cy + v.cy_p), zero)
-    active = _pairs(v.active.to(v.diag.dtype)) > 0
+    active = _blocks(v.active.to(v.diag.dtype), fx, fy) > 0
     # cx(i) joins i-1 and i: the face between blocks b-1 and b is the fine
-    # face at interior index 2b (at b = 0 the ring's, none), summed along
+    # face at interior index fx b (at b = 0 the ring's, none), summed along
     # the block's other direction
-    cx = COARSE_FACE * _along(v.cx[::2], 1)
-    cy = COARSE_FACE * _along(v.cy[:, ::2], 0)
+    cx = _blocks(v.cx[::fx], 1, fy) / fx
+    cy = _blocks(v.cy[:, ::fy], fx, 1) / fy
     cx = _ring(torch.cat([torch.zeros_like(cx[:1]), cx[1:]], 0), 0.0)
     cy = _ring(torch.cat([torch.zeros_like(cy[:, :1]), cy[:, 1:]], 1), 0.0)
     im, jm = cx.shape
     sides = (cx[1:im - 1, 1:jm - 1] + cx[2:im, 1:jm - 1]
              + cy[1:im - 1, 1:jm - 1] + cy[1:im - 1, 2:jm])
-    diag = torch.where(active, _pairs(own) + sides, torch.ones_like(sides))
+    diag = torch.where(active, _blocks(own, fx, fy) + sides, torch.ones_like(sides))
     return FivePoint(_ring(diag, 1.0), cx, cy, _ring(active, False))
 
 
 def hierarchy(a: FivePoint) -> list[Level]:
-    """The levels from ``a`` down to an interior of COARSEST cells in one
-    direction."""
+    """The levels from ``a`` down to an interior of at most COARSEST cells
+    each way."""
     levels = [_level(a)]
-    while min(levels[-1].a.diag.shape) - 2 > COARSEST:
-        levels.append(_level(coarsen(levels[-1].a)))
+    while levels[-1].factors != (1, 1):
+        levels.append(_level(coarsen(levels[-1])))
     return levels
 
 
@@ -136,14 +130,15 @@ def restrict(r: Tensor, fine: Level) -> Tensor:
     """P^T r: each coarse cell the sum of r over its block's active cells."""
     im, jm = r.shape
     inner = torch.where(fine.active, r[1:im - 1, 1:jm - 1], torch.zeros_like(fine.active, dtype=r.dtype))
-    return _ring(_pairs(inner), 0.0)
+    return _ring(_blocks(inner, *fine.factors), 0.0)
 
 
 def prolong(e: Tensor, fine: Level) -> Tensor:
     """P e: the coarse value on each active fine cell of its block, 0 on land
     and the ring."""
     n, m = fine.active.shape
-    inner = e[1:-1, 1:-1].repeat_interleave(2, 0).repeat_interleave(2, 1)[:n, :m]
+    fx, fy = fine.factors
+    inner = e[1:-1, 1:-1].repeat_interleave(fx, 0).repeat_interleave(fy, 1)[:n, :m]
     return _ring(torch.where(fine.active, inner, torch.zeros_like(inner)), 0.0)
 
 
