@@ -3,8 +3,10 @@ three commands of its "Training" section (``pompy verify`` on
 configs/train_tiny.nml, ``pompy generate``, ``torchrun
 --nproc_per_node=2 -m pompy train``), taken from README.md itself, for
 each core; the trainer runs on the certificate verify wrote and the
-dataset generate wrote. Only the epochs are cut to one (``--epochs 1``)
-and torchrun is given a free port on 127.0.0.1.
+dataset generate wrote (the config's &generate group: the explicit core
+as the reference). Only the epochs are cut to one (``--epochs 1``) and
+torchrun is given a free port on 127.0.0.1. Then ``pompy evaluate`` of
+the run, as the config's comment gives it.
 """
 from __future__ import annotations
 
@@ -87,3 +89,13 @@ def test_the_readme_training_path_runs_end_to_end(core, oracle, tmp_path):
     assert saved
     for path in saved:
         assert torch.load(path, weights_only=True)["certificate"]["key"] == body["key"]
+    # the run evaluated on its held-out member, as the training config's comment says
+    result = subprocess.run([sys.executable, "-m", "pompy", "evaluate", "runs/train_tiny",
+                             "--data", "data/train_tiny"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "worst ratio_to_baseline" in result.stdout.splitlines()[-1]
+    evaluation = json.loads((run / "evaluation.json").read_text())
+    assert len(evaluation["ratio_to_baseline"]) == 4 * 2 == evaluation["cycles"]
+    assert all(math.isfinite(r) and r > 0 for r in evaluation["ratio_to_baseline"])
+    assert evaluation["members"] == [3] and "explicit core" in evaluation["data_model"]
