@@ -1,4 +1,4 @@
-"""The multigrid preconditioner of the elevation solve (issue 37, item 4):
+"""The multigrid preconditioner of the elevation solve:
 the PCG with it against scipy's direct solve and against Jacobi's PCG, the
 V-cycle symmetric positive definite (as a CG preconditioner must be),
 gradients through a step equal to Jacobi's to the solve's tolerance, the

@@ -1,5 +1,5 @@
 """CG iterations and time per elevation solve against the grid, Jacobi and
-multigrid (issue 37, item 4), printed as Markdown.
+multigrid, printed as Markdown.
 
     python3 validation/multigrid.py          # 65x49, 256x256, 360x240, 720x480 at dti 600 s
     python3 validation/multigrid.py --grids 65x49,256x256 --device cuda
