@@ -920,7 +920,7 @@ def test_the_shipped_training_configs():
             assert args.correction_scale == 1e-3 and args.encoder and args.decoder
             assert args.norm == "batch"
         else:                                         # measured (validation/corrector_gain.py)
-            assert (args.correction_scale, args.norm, args.epochs) == (0.01, "group", 30)
+            assert (args.correction_scale, args.norm, args.epochs) == (1e-3, "group", 30)
             assert args.decoder and not args.encoder
 
 
