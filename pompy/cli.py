@@ -17,7 +17,7 @@ from pompy import __version__
 from pompy import cores
 from pompy.config import DERIVED, POLICY_GROUP, Config, load_config, namelist_literal, pom2k_fields
 from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
-from pompy.oracle.build import BuildEnvironmentError
+from pompy.oracle.build import BuildEnvironmentError, OracleBuildError
 from pompy.utils import allocator
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
@@ -42,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"pompy: {err}", file=sys.stderr)
         return 2
-    except (EnvironmentFault, BuildEnvironmentError) as err:
+    except EnvironmentFault as err:
         print(f"pompy: {err}", file=sys.stderr)
+        return EXIT_FAULT
+    except OracleBuildError as err:      # the compiler's messages are in the log it names
+        print(f"pompy: {str(err).splitlines()[0]}", file=sys.stderr)
         return EXIT_FAULT
     except BrokenPipeError:             # `pompy compare A B | head`: the reader left
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -249,7 +252,7 @@ def setup(args: argparse.Namespace) -> int:
             print(f"pompy setup: tcmalloc is not installed, so pompy runs on the system's "
                   f"allocator, eager CPU steps about 10% slower; to install it: "
                   f"{TCMALLOC_INSTALL}", file=sys.stderr)
-    from pompy.oracle.build import OracleBuildError, build
+    from pompy.oracle.build import build
 
     try:
         path = build(verbose=True)
@@ -291,17 +294,27 @@ def run_command(args: argparse.Namespace) -> int:
                  days=args.days)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
+        _print_notes(exc)
         return 3
     except Interrupted as exc:
         name = signal.Signals(exc.signum).name
         if exc.restart is None:
-            print(f"pompy: {name} after step iint={exc.iint}; its restart could not be written "
-                  "(a fault of the disk)", file=sys.stderr)
+            print(f"pompy: {name} after step iint={exc.iint}; its restart could not be written",
+                  file=sys.stderr)
+            _print_notes(exc)
             return EXIT_FAULT
         print(f"pompy: {name} after step iint={exc.iint}; its restart is in {exc.restart}; "
               f"continue with: {continue_command(args, exc.restart, output)}", file=sys.stderr)
+        _print_notes(exc)
         return 128 + exc.signum
     return 0
+
+
+def _print_notes(error: BaseException) -> None:
+    """What else went wrong while a run stopped (a failed record, a restart
+    that could not be written), one line each."""
+    for note in getattr(error, "__notes__", ()):
+        print(note, file=sys.stderr)
 
 
 def continue_command(args: argparse.Namespace, restart: Path, output: Path) -> str:

@@ -29,7 +29,7 @@ from pompy import cores, files
 from pompy.config import Config, nint, state_differences
 from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
 from pompy.io import (OutputWriter, Restart, estimate_output_bytes, incomplete_path, read_restart,
-                      write_restart)
+                      restart_bytes, write_restart)
 from pompy.resources import available_bytes, estimate_run_bytes, gigabytes
 
 def print_steps(config: Config, first: int, last: int) -> list[int]:
@@ -166,7 +166,11 @@ def prepare_output(output_dir: Path, written: tuple[Path, ...], overwrite: bool)
     if it is a file, or if it holds any of ``written`` and ``overwrite`` is
     off; EnvironmentFault if one to be replaced is open in another process."""
     for folder in (output_dir, *output_dir.parents):
-        if folder.exists() and not folder.is_dir():
+        try:
+            blocked = folder.exists() and not folder.is_dir()
+        except OSError as err:             # a folder above this user may not enter
+            raise files.fault(folder, err, "looking for the output folder") from None
+        if blocked:
             where = "" if folder == output_dir else f" ({folder} is a file)"
             raise InputError(f"output folder {output_dir}{where if where else ' is a file'}; "
                              "give another --output")
@@ -198,6 +202,20 @@ def check_continuation(saved: Restart, path: Path, config: Config, core: str, dt
                          f"{'; '.join(changed)}; continue with the restart's (its namelist is "
                          "in its `namelist` attribute), or give --force")
     return f"continued from {path} with --force despite: {'; '.join(changed)}"
+
+
+def continuous_time(saved: Restart, config: Config) -> tuple[Restart, str]:
+    """``saved`` with time0 moved so that its step keeps its model time
+    under ``config``'s dti (a run forced on with another dti would
+    otherwise step back in time), and the words for the history ("" when
+    nothing moved)."""
+    time0 = saved.time_days - config.dti * saved.iint / 86400
+    if abs(time0 - saved.time0) <= 1e-12 * max(1.0, abs(saved.time_days)):
+        return saved, ""
+    moved = Restart(saved.state, saved.iint, saved.time_days, time0)
+    moved.written = saved.written
+    return moved, (f"; time0 moved from day {saved.time0:.9g} to {time0:.9g} so that model time "
+                   f"goes on from day {saved.time_days:.9g} at dti={config.dti:g} s")
 
 
 def continued_end(saved: Restart, config: Config) -> int:
@@ -327,6 +345,9 @@ def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps:
     history = None
     if isinstance(restart, (str, Path)):
         history = check_continuation(saved, Path(restart), config, name, dtype, force)
+        if history is not None:
+            saved, moved = continuous_time(saved, config)
+            history += moved
     first = saved.iint + 1 if saved is not None else 1
     if steps is None and days is not None:
         steps = max(nint(days * 86400 / config.dti), 1)
@@ -385,14 +406,15 @@ def _elementary_functions(fortran_math: bool):
     return pom2k_functions()
 
 
-def _kept(writer: OutputWriter, restart: Path | None, iint: int | None) -> str:
+def _kept(writer: OutputWriter, restart: Path | BaseException, iint: int) -> str:
     """What a run that failed to write kept, for its message."""
-    records = ("no record" if writer.last_iint is None
-               else f"the records up to iint={writer.last_iint}")
-    where = f"{records} are readable in {writer.part} (status: incomplete)"
-    if restart is not None:
+    records = ("no record is" if writer.last_iint is None
+               else f"the records up to iint={writer.last_iint} are")
+    where = f"{records} readable in {writer.part} (status: incomplete)"
+    if isinstance(restart, Path):
         return f"{where}; the restart of iint={iint} is in {restart}"
-    return f"{where}; no restart could be written (an earlier one, if any, is as it was)"
+    return f"{where}; the restart of iint={iint} could not be written either ({restart}), an " \
+        "earlier one is as it was"
 
 
 def _time_loop(model, config: Config, core: str, first: int, last: int, records: list[int],
@@ -416,11 +438,23 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
         return write_restart(restart_path, config, state, iint, days(iint), model.time0,
                              attributes=attributes | {"run_end_days": days(last)})
 
-    def try_save(state: dict, iint: int) -> Path | None:
+    def try_save(state: dict, iint: int) -> Path | EnvironmentFault:
+        """The restart, or the fault that kept it from being written."""
         try:
             return save(state, iint)
-        except EnvironmentFault:
-            return None
+        except EnvironmentFault as fault:
+            return fault
+
+    def saved_or_noted(state: dict, iint: int, error: BaseException) -> Path | None:
+        path = try_save(state, iint)
+        if isinstance(path, Path):
+            return path
+        error.add_note(f"pompy: the restart of iint={iint} could not be written: {path}")
+        return None
+
+    def output_noted(error: BaseException) -> None:
+        if writer.part.exists():
+            error.add_note(f"pompy: the output is left in {writer.part}, unfinished")
 
     from pompy.core.model import forward_only
 
@@ -429,7 +463,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
     with signals_caught() as caught, forward_only(model):   # from here on a signal loses no completed step
         # records compressed and written while the run goes on
         writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes,
-                              background=True, series=getattr(model, "series", {}))
+                              background=True, reserve=restart_bytes(config), series=getattr(model, "series", {}))
         bar = Progress(last - first + 1, f"{core} {config.title}", progress)
         start = _time.perf_counter()
 
@@ -449,12 +483,19 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
                 if caught:
                     raise Interrupted(caught[0])
         except ModelStop as exc:
-            path = try_save(exc.last_good, exc.iint - 1)
-            raise _closing(writer, exc.with_restart(path),
-                           f"stopped: the model blew up at iint={exc.iint}") from None
+            stopped = exc.with_restart(None)
+            path = saved_or_noted(exc.last_good, exc.iint - 1, stopped)
+            if path is not None:
+                stopped = exc.with_restart(path)
+            _closing(writer, stopped, f"stopped: the model blew up at iint={exc.iint}")
+            output_noted(stopped)
+            raise stopped from None
         except Interrupted as exc:
-            exc.iint, exc.restart = model.iint, try_save(model.numpy_state(), model.iint)
-            raise _closing(writer, exc, f"stopped by a signal after iint={model.iint}")
+            exc.iint = model.iint
+            exc.restart = saved_or_noted(model.numpy_state(), model.iint, exc)
+            _closing(writer, exc, f"stopped by a signal after iint={model.iint}")
+            output_noted(exc)
+            raise exc
         except EnvironmentFault as exc:
             writer.abandon()
             path = try_save(model.numpy_state(), model.iint)

@@ -8,6 +8,7 @@ so the cause is found by looking at the folder, not at the message.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -20,7 +21,7 @@ from pompy.errors import EnvironmentFault
 FULL_BYTES = 1 << 20
 
 _CAUSES = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-           errno.EROFS: "the file system is read-only", errno.EACCES: "not writable (permission denied)",
+           errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
            errno.EPERM: "not writable (operation not permitted)",
            errno.EAGAIN: "locked by another process", errno.EFBIG: "the file is too large"}
 
@@ -29,11 +30,11 @@ def free_bytes(path: Path) -> int | None:
     """Bytes free to this user on the file system of ``path`` (its nearest
     existing folder), or None where that cannot be told."""
     folder = Path(path)
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
     try:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
         stat = os.statvfs(folder)
-    except OSError:
+    except OSError:                    # a folder this user may not enter
         return None
     return stat.f_bavail * stat.f_frsize
 
@@ -45,17 +46,27 @@ def megabytes(n: int) -> str:
 def cause(path: Path, err: BaseException) -> str:
     """Why writing ``path`` failed: from the error's errno, else from the
     folder (full, not writable), else the library's own words."""
+    free = free_bytes(path)            # first: netCDF4 says EACCES on a full disk
+    if free is not None and free < FULL_BYTES:
+        return f"no space left on the device ({megabytes(free)} free)"
     code = getattr(err, "errno", None)
     if code in _CAUSES:
         return _CAUSES[code]
-    free = free_bytes(path)
-    if free is not None and free < FULL_BYTES:
-        return f"no space left on the device ({megabytes(free)} free)"
     folder = Path(path).parent
-    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        return f"its folder {folder} is not writable"
+    with contextlib.suppress(OSError):
+        if folder.is_dir() and not writable(folder):
+            return f"its folder {folder} is not writable"
     text = getattr(err, "strerror", None) or str(err)
     return " ".join(text.split()) or type(err).__name__
+
+
+def writable(folder: Path) -> bool:
+    """Whether this process (its effective user) may make files in ``folder``."""
+    try:
+        return folder.is_dir() and os.access(
+            folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
+    except OSError:
+        return False
 
 
 def fault(path: Path, err: BaseException, doing: str) -> EnvironmentFault:
@@ -100,7 +111,7 @@ def check_writable_folder(folder: Path, what: str = "output folder") -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise fault(folder, err, f"making the {what}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not writable(folder):
         read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
         raise EnvironmentFault(f"{what} {folder} is not writable"
                                + (" (a read-only file system)" if read_only else ""))

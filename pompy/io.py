@@ -174,18 +174,23 @@ class OutputWriter:
     work in the process (a restart)."""
 
     def __init__(self, path: Path, config: Config, state: dict, compress: bool = True,
-                 attributes: dict | None = None, background: bool = False, series=()):
+                 attributes: dict | None = None, background: bool = False, series=(),
+                 reserve: int = 0):
         self.series = tuple(series)        # a core's per-step values (variables.SERIES)
         self.path = Path(path)
         self.part = incomplete_path(self.path)
         self._pending: Future | None = None
         self._error: BaseException | None = None
-        self.record_bytes = _data_bytes(config, 1) - _data_bytes(config, 0)
+        # a record needs its own room and leaves ``reserve`` (the restart a
+        # run writes when it stops) and some for HDF5
+        self.record_bytes = _data_bytes(config, 1) - _data_bytes(config, 0) + reserve
         self.last_iint: int | None = None
         try:
-            files.check_room(self.part, HEADER_BYTES + files.FULL_BYTES, "the output's header")
+            files.check_room(self.part, HEADER_BYTES + reserve + files.FULL_BYTES,
+                             "the output's header")
             self.ds = _create(self.part, config, config.title, attributes)
         except (OSError, RuntimeError) as err:
+            self.part.unlink(missing_ok=True)         # no empty file left behind
             raise files.fault(self.part, err, "creating the output") from None
         try:
             self.ds.status = INCOMPLETE
@@ -341,7 +346,6 @@ def write_restart(path: Path, config: Config, state: dict, iint: int, time_days:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     doing = f"writing the restart of iint={iint}"
-    files.check_room(tmp, restart_bytes(config), doing)
     ds = None
     try:
         ds = _create(tmp, config, f"{config.title}: restart at iint={iint}", attributes)
@@ -371,7 +375,7 @@ def restart_bytes(config: Config) -> int:
     im, jm, kb = config.im, config.jm, config.kb
     restart = names("restart")
     values = sum(8 * int(np.prod(shape(n, im, jm, kb), dtype=np.int64)) for n in restart)
-    return values + 4096 * len(restart) + files.FULL_BYTES
+    return values + 4096 * len(restart)
 
 
 class _State(NamedTuple):

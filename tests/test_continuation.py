@@ -126,3 +126,24 @@ def test_the_length_of_a_continued_run(nml, tmp_path, capsys):
     assert read_restart(tmp_path / "days" / "oracle_restart_from_000003.nc").iint == 8
     err = capsys.readouterr().err
     assert "pompy: continuing from iint=3 (day 0.0006) to iint=8" in err
+
+
+def test_a_forced_continuation_with_another_dti_keeps_model_time_going_on(nml, tmp_path,
+                                                                          capsys):
+    """--force with dte halved: the continued steps' model time goes on
+    from the restart's (not back to dti_new * iint), and the output's
+    history says time0 moved."""
+    out = tmp_path / "o"
+    assert cli.main(["run", nml, "--steps", "4", "--output", str(out)]) == 0
+    restart = out / "explicit_restart.nc"
+    saved = read_restart(restart)
+    assert saved.time_days * 86400 == pytest.approx(4 * 18)
+    assert cli.main(["run", nml, "--set", "dte=3", "--force", "--steps", "4", "--restart",
+                     str(restart), "--output", str(out)]) == 0
+    continued = out / "explicit_output_from_000004.nc"
+    with netCDF4.Dataset(continued) as ds:
+        assert list(ds["iint"][:]) == [8]
+        assert ds["time"][-1] * 86400 == pytest.approx(4 * 18 + 4 * 9)
+        assert "time0 moved from day 0 to " in ds.history
+    assert read_restart(out / "explicit_restart_from_000004.nc").time_days * 86400 == \
+        pytest.approx(108)

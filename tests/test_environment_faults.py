@@ -24,7 +24,7 @@ import pytest
 from pompy import cli, files
 from pompy.io import output_fields
 from pompy.oracle import build
-from test_faults import ROOT, snapshot, tiny_config
+from test_faults import ROOT, same_restart, snapshot, tiny_config
 
 EVERY = 2 * 18 / 86400                  # a record every 2 steps of the 8x7x5 seamount
 
@@ -77,7 +77,9 @@ def test_a_full_disk_stops_the_run_at_once_and_loses_nothing(tmp_path, capsys):
         part = out / "explicit_output.incomplete.nc"
         assert line.startswith(f"pompy: {part}: no space left on the device ("), line
         assert f"are readable in {part} (status: incomplete)" in line
-        assert {n: b for n, b in snapshot(out).items() if n != part.name} == before
+        # the earlier output whole; the restart now the state where the run
+        # stopped (the records leave the restart its room)
+        assert snapshot(out)["explicit_output.nc"] == before["explicit_output.nc"]
         assert not list(out.glob("*.tmp"))
         steps, got = records(part)
         with netCDF4.Dataset(part) as ds:
@@ -87,6 +89,11 @@ def test_a_full_disk_stops_the_run_at_once_and_loses_nothing(tmp_path, capsys):
         _, want = records(tmp_path / "whole" / "explicit_output.nc")
         for name in output_fields():
             np.testing.assert_array_equal(got[name], want[name][:len(steps)], err_msg=name)
+        stopped = int(re.search(r"the restart of iint=(\d+) is in ", line).group(1))
+        assert stopped >= steps[-1]
+        assert cli.main(["run", nml, "--steps", str(stopped), "--output",
+                         str(tmp_path / "upto")]) == 0
+        same_restart(out / "explicit_restart.nc", tmp_path / "upto" / "explicit_restart.nc")
 
 
 def test_a_write_that_fails_in_hdf5_is_said_and_keeps_the_earlier_files(tmp_path, capsys,
@@ -210,3 +217,75 @@ def test_verify_says_a_pompy_home_it_cannot_use_before_it_starts(tmp_path, capsy
     err = capsys.readouterr().err
     assert err == (f"pompy: POMPY_HOME {home} is not a folder (pompy keeps the oracle's build "
                    "and the certificates there); remove it, or set POMPY_HOME to a folder\n")
+
+
+def test_a_restart_that_does_not_fit_leaves_the_last_one(tmp_path, capsys, monkeypatch):
+    """A restart written with --restart-every on a disk too full for it
+    (the records' check stubbed, so the restart meets the full disk):
+    exit 4 naming the restart, the last restart whole, no .tmp left."""
+    monkeypatch.setattr(files, "check_room", lambda path, need, doing: None)
+    nml = str(tiny_config(tmp_path / "tiny.nml"))
+    with tmpfs(tmp_path / "disk", "1200k") as disk:
+        out = disk / "out"
+        assert cli.main(["run", nml, "--steps", "2", "--output", str(out)]) == 0
+        before = snapshot(out)["explicit_restart.nc"]
+        (disk / "filler").write_bytes(b"x" * (files.free_bytes(disk) - 200_000))
+        capsys.readouterr()
+        assert cli.main(["run", nml, "--steps", "20", "--restart-every", repr(4 * 18 / 86400),
+                         "--output-every", "1", "--output", str(out), "--overwrite"]) == 4
+        line = one_line(capsys.readouterr().err)
+        assert re.match(rf"pompy: {re.escape(str(out))}/explicit_restart.nc: no space left on "
+                        r"the device \(\S+ MB free\) \(writing the restart of iint=4\)", line), line
+        assert snapshot(out)["explicit_restart.nc"] == before
+        assert not list(out.glob("*.tmp"))
+
+
+def test_folders_a_user_may_not_enter_or_write(tmp_path, capsys):
+    """As a user who is not root (the effective uid of `nobody`): a folder
+    above the output that may not be entered, and one that may not be
+    written, are exit 4 with one line naming them."""
+    if os.geteuid() != 0:
+        pytest.skip("switching to another user needs root")
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="pompy-users-"))
+    try:
+        top.chmod(0o755)
+        nml = str(tiny_config(top / "tiny.nml"))
+        (top / "tiny.nml").chmod(0o644)
+        assert cli.main(["run", nml, "--steps", "2", "--output", str(top / "warm")]) == 0
+        (top / "closed").mkdir(mode=0o000)
+        (top / "readonly").mkdir(mode=0o555)
+        capsys.readouterr()
+        os.seteuid(65534)
+        try:
+            closed = cli.main(["run", nml, "--steps", "2", "--output", str(top / "closed" / "o")])
+            closed_err = capsys.readouterr().err
+            readonly = cli.main(["run", nml, "--steps", "2", "--output", str(top / "readonly")])
+            readonly_err = capsys.readouterr().err
+        finally:
+            os.seteuid(0)
+        assert closed == 4 and one_line(closed_err) == (
+            f"pompy: {top / 'closed' / 'o'}: permission denied (looking for the output folder)")
+        assert readonly == 4 and one_line(readonly_err) == (
+            f"pompy: output folder {top / 'readonly'} is not writable")
+        assert list((top / "readonly").iterdir()) == []
+    finally:
+        (top / "closed").chmod(0o755)
+        shutil.rmtree(top)
+
+
+def test_a_missing_compiler_in_pompy_run_is_one_line(tmp_path):
+    """`pompy run --core oracle` that must build the oracle first, with no
+    Fortran compiler: exit 4, one line saying how to install it, no
+    temporary build folder left."""
+    nml = tiny_config(tmp_path / "tiny.nml")
+    env = dict(os.environ, POMPY_HOME=str(tmp_path / "home"), FC="no-such-fortran",
+               PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "pompy", "run", str(nml), "--core", "oracle",
+                           "--steps", "2", "--output", str(tmp_path / "o")], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 4, done.stderr
+    assert one_line(done.stderr) == f"pompy: {build.GFORTRAN_HINT}"
+    assert not list((tmp_path / "home").rglob("*.tmp"))

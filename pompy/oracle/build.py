@@ -67,7 +67,8 @@ class OracleBuildError(RuntimeError):
 
 
 class BuildEnvironmentError(OracleBuildError):
-    """The machine's part (POMPY_HOME not a folder, meson missing): the
+    """The machine's part (POMPY_HOME not a folder or not writable,
+    gfortran or meson missing): the
     command line says it in one line and exits 4, as for
     pompy.errors.EnvironmentFault (this module imports nothing of pompy's)."""
 
@@ -182,17 +183,17 @@ def build(verbose: bool = False, force: bool = False) -> Path:
         return existing
     compiler = os.environ.get("FC", "gfortran")
     if shutil.which(compiler) is None:
-        raise OracleBuildError(GFORTRAN_HINT)
+        raise BuildEnvironmentError(GFORTRAN_HINT)
+    env = build_env(compiler)                  # before any folder is made
     cache = target.parent
     try:
         cache.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{target.name}.", suffix=TMP_SUFFIX, dir=cache))
     except OSError as exc:
-        raise OracleBuildError(
-            f"cannot write the oracle build cache {cache} ({exc}); "
-            "set POMPY_HOME to a writable folder") from exc
+        raise BuildEnvironmentError(
+            f"cannot write the oracle build cache {cache} ({exc.strerror or exc}); "
+            "set POMPY_HOME to a writable folder") from None
     work.chmod(0o755)
-    env = build_env(compiler)
     cmd = [sys.executable, "-m", "numpy.f2py", "-c", "--backend", "meson",
            "-m", MODULE, "--build-dir", str(work / "meson"),
            *[str(f.absolute()) for f in sources()]]
