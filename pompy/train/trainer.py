@@ -48,17 +48,33 @@ Output folder: ``train_log.csv`` (rank 0; columns pompy.train.losses.CSV_COLUMNS
 per-field values times loss_display_scale: a Train row per batch, the
 ranks' average; one Test row per epoch, the whole test split's average,
 each sample evaluated once whatever the number of processes),
+``epoch_log.csv`` (rank 0; beside the seed's CSV, whose columns stay the
+seed's: pompy.train.losses.EPOCH_COLUMNS, a row per epoch: learning rate,
+gradient norms, skipped steps, wall time, train and test loss, the
+baseline and the test loss's ratio to it),
 ``checkpoint_epoch<E>.pt`` each epoch and ``checkpoint_last.pt`` (atomic;
 tensors and plain containers, loaded with ``weights_only=True``: networks,
 optimizer, scheduler, normaliser, learned parameters, every rank's RNG
 states, epoch, skipped steps, the certificate's id and key; a file
 carrying any other pickled object is refused); ``--resume FILE``
+(or ``--resume`` alone: --output's latest checkpoint)
 continues from one and gives the losses an uninterrupted run gives (the
 log's rows of an interrupted later epoch are dropped, as that epoch runs
 again). A checkpoint trained under another certificate (an edited core,
 another torch, device type or dtype) is refused, naming both ids. A fresh
 run refuses a folder holding an earlier run's log or checkpoints unless
 ``--overwrite``.
+
+The baseline. Before the first epoch the test split's loss of the
+physics alone (no network, no learned parameter) is measured and printed
+(``baseline_loss``; kept in the checkpoints, so a resumed run does not
+measure it again); each epoch prints its test loss and the ratio to it.
+The data says which model made its targets (pompy.dataset: the
+reference, e.g. the explicit core at a shorter dti); a warning says when
+that is the physics in the loop itself at the same step, whose targets
+the physics alone reproduces. The snapshots' spacing must be one
+correction cycle in seconds (the reference's dti may differ from the
+physics'); each sample starts at its snapshot's model time.
 
 ``--amp bf16``: the networks alone run under bfloat16 autocast (their
 weights float32); packing, corrections, losses, the learned parameters and
