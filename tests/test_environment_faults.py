@@ -289,3 +289,19 @@ def test_a_missing_compiler_in_pompy_run_is_one_line(tmp_path):
     assert done.returncode == 4, done.stderr
     assert one_line(done.stderr) == f"pompy: {build.GFORTRAN_HINT}"
     assert not list((tmp_path / "home").rglob("*.tmp"))
+
+
+def test_the_trainer_says_a_pompy_home_it_cannot_use(tmp_path):
+    """`python -m pompy.train` (as torchrun starts it) with POMPY_HOME a
+    file: exit 4, one line, as `pompy` itself."""
+    home = tmp_path / "home"
+    home.write_text("not a folder")
+    env = dict(os.environ, POMPY_HOME=str(home), PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "pompy.train", "--config",
+                           str(ROOT / "configs" / "train_tiny.nml"), "--data", str(tmp_path / "d"),
+                           "--output", str(tmp_path / "r")], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr == (f"pompy: POMPY_HOME {home} is not a folder (pompy keeps the oracle's "
+                           "build and the certificates there); remove it, or set POMPY_HOME to "
+                           "a folder\n")

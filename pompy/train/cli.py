@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 import torch.distributed as dist
 
-from pompy.errors import InputError, ModelStop
+from pompy.errors import EnvironmentFault, InputError, ModelStop
+from pompy.oracle.build import OracleBuildError
 from pompy.train.options import resolve_options, resolve_parsed
 from pompy.train.trainer import NPOMTrainerDDP
 
@@ -43,6 +44,9 @@ def _train(resolve: Callable[[], argparse.Namespace], leave: bool, module: str) 
     except ModelStop as stop:
         print(f"pompy: {stop}", file=sys.stderr)
         code = 3
+    except (EnvironmentFault, OracleBuildError) as err:   # the machine's: a disk, POMPY_HOME
+        print(f"pompy: {str(err).splitlines()[0]}", file=sys.stderr)
+        code = 4
     except KeyboardInterrupt:
         if trainer is None or trainer.is_main:
             print(interrupted_message(trainer, module), file=sys.stderr)
