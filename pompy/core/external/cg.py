@@ -44,15 +44,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 from torch.autograd import forward_ad
 
 from pompy import compat
+from pompy.core.external import multigrid
+from pompy.core.external.stencil import FivePoint, _apply, _Interior, _interior, apply
 from pompy.errors import NotConverged
-from pompy.ops import put, xm, ym
+from pompy.ops import xm, ym
 from pompy.utils.safety import requires_grad
 
 # what gradients through the core's elevation solve go through (solve_auto),
@@ -70,53 +71,6 @@ PRECONDITIONERS = tuple(CHECK_EVERY)
 # the residual's slack over cg_tol (the solves stop on |r|^2 <= tol^2 |b|^2,
 # and |r|/|b| may round a few ulps past tol; the Fortran twin's the same)
 SLACK = 1.0 + 1e-9
-
-
-class FivePoint(NamedTuple):
-    diag: Tensor       # (im, jm)
-    cx: Tensor         # (im, jm): face between i-1 and i; 0 unless both cells are active
-    cy: Tensor         # (im, jm): face between j-1 and j
-    active: Tensor     # (im, jm) bool: the unknowns, inside the ring (i = 2..im-1, j = 2..jm-1)
-
-    def __matmul__(self, x: Tensor) -> Tensor:
-        return apply(self, x)
-
-
-class _Interior(NamedTuple):
-    """A FivePoint's coefficients on the interior i = 2..imm1, j = 2..jmm1
-    (views), each as the stencil reads it: the loop invariants of a solve."""
-    im: int
-    jm: int
-    diag: Tensor       # diag(i,j)
-    cx: Tensor         # cx(i,j)
-    cx_p: Tensor       # cx(i+1,j)
-    cy: Tensor         # cy(i,j)
-    cy_p: Tensor       # cy(i,j+1)
-    active: Tensor     # active(i,j)
-
-
-def _interior(a: FivePoint) -> _Interior:
-    im, jm = a.diag.shape
-    I, J = slice(1, im - 1), slice(1, jm - 1)          # span(2, imm1), span(2, jmm1)
-    return _Interior(im, jm, a.diag[I, J], a.cx[I, J], a.cx[2:im, J], a.cy[I, J], a.cy[I, 2:jm],
-                     a.active[I, J])
-
-
-def _apply(v: _Interior, x: Tensor) -> Tensor:
-    """A x on the interior (pom2k's ranges, as views), x on the boundary ring."""
-    im, jm = v.im, v.jm
-    I, J = slice(1, im - 1), slice(1, jm - 1)          # span(2, imm1), span(2, jmm1)
-    xc = x[I, J]
-    ax = (v.diag * xc - v.cx * x[:im - 2, J] - v.cx_p * x[2:im, J]
-          - v.cy * x[I, :jm - 2] - v.cy_p * x[I, 2:jm])
-    return put(x, torch.where(v.active, ax, xc), i=(2, im - 1), j=(2, jm - 1))
-
-
-def apply(a: FivePoint, x: Tensor) -> Tensor:
-    """A x (the module docstring), computed on the interior i = 2..imm1,
-    j = 2..jmm1 that holds the active cells; the boundary ring is the
-    identity (A x = x)."""
-    return _apply(_interior(a), x)
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
@@ -262,8 +216,6 @@ def solve(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Te
 def _preconditioner(a: FivePoint, preconditioner: str) -> Callable[[Tensor], Tensor]:
     """r -> M r, M the preconditioner's approximation of A^-1."""
     if preconditioner == "multigrid":
-        from pompy.core.external import multigrid  # (it builds on this module)
-
         return multigrid.Multigrid(a)
     if preconditioner != "jacobi":
         raise ValueError(f"preconditioner {preconditioner!r}: one of {PRECONDITIONERS}")

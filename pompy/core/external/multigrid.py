@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pompy.core.external.cg import FivePoint, _apply, _Interior, _interior
+from pompy.core.external.stencil import FivePoint, _apply, _Interior, _interior
 
 # Gauss-Seidel sweeps (red and black) before and after each coarse correction
 SWEEPS = 2
