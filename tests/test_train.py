@@ -1046,3 +1046,36 @@ def test_each_epoch_prints_its_ratio_and_logs_it_beside_the_seeds_csv(made_refer
 def test_resume_alone_needs_a_checkpoint_in_the_output(made, tmp_path):
     with pytest.raises(train.InputError, match=r"--resume: --output .* holds no checkpoint"):
         options(made, tmp_path, "--resume")
+
+
+@pytest.mark.parametrize("core", ["explicit", "implicit"])
+def test_checkpointed_physics_gives_the_same_batch_to_the_last_bit(made, made_explicit, verified,
+                                                                   tmp_path, monkeypatch, core):
+    """--physics_checkpoint routines: a training batch's losses and every gradient
+    equal the unchecked physics' to the last bit (the recomputation repeats
+    the same operations), with new cores each batch and with the pool."""
+    certified(verified, tmp_path, monkeypatch, core)
+    data = made_explicit if core == "explicit" else made
+
+    def batch(*more) -> tuple:
+        where = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        trainer = NPOMTrainerDDP(options(data, where, "--core", core, "--grad_clip_norm", 0,
+                                         "--correction_scale", 0.05, "--batch_size", 2, *more))
+        try:
+            samples = [trainer.train_ds[i] for i in range(2)]
+            ics, refs = collate_samples(trainer.dataset, samples)
+            trainer.optimizer.param_groups[0]["lr"] = 0.0
+            values = trainer.run_single_train_batch(ics, refs)
+            kinds = {pom.checkpoint for pom in trainer._borrow_poms(2)}
+            return values, {name: p.grad.clone() for name, p in trainer.trainable_params}, kinds
+        finally:
+            trainer.cleanup()
+
+    want, want_grads, plain = batch()
+    assert plain == {None} and all(g.abs().max() > 0 for g in want_grads.values())
+    for more in (["--physics_checkpoint", "routines"],
+                 ["--physics_checkpoint", "routines", "--reuse_core_pool"]):
+        got, got_grads, kinds = batch(*more)
+        assert kinds == {"routines"} and got == want and got_grads.keys() == want_grads.keys()
+        for name, g in want_grads.items():
+            assert torch.equal(got_grads[name], g), (more, name)

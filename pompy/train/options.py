@@ -88,6 +88,9 @@ OPTIONS: tuple[Option, ...] = (
            "dti = dte*isplit"),
     Option("target_time_per_step", float, 1200.0, "seconds per correction cycle: "
            "steps_per_correction x physics_step_seconds"),
+    Option("physics_checkpoint", str, "none", "the physics' autograd memory: none, or routines "
+           "(the heavy routines, turbulence, tracers and momentum, recomputed in the backward pass; "
+           "the same gradients to the bit)", choices=("none", "routines")),
     Option("reuse_core_pool", bool, False, "a pool of initialised cores restored to their clean "
            "state each batch (else new cores each batch)"),
     Option("encoder", bool, True, "a CorrectorNet correcting the state before each cycle's "

@@ -11,8 +11,11 @@ from pompy.dataset import member_params
 from pompy.errors import ModelStop
 
 
-def build_initialized_core(core_cls, config: Config, device, dtype):
-    core = core_cls(config, device=device, dtype=dtype)
+def build_initialized_core(core_cls, config: Config, device, dtype, checkpoint: str = "none"):
+    """A set-up core; ``checkpoint`` "routines" recomputes its heavy
+    routines in the backward pass (pompy.core.recompute)."""
+    core = core_cls(config, device=device, dtype=dtype,
+                    checkpoint=None if checkpoint == "none" else checkpoint)
     core.run_initialization()
     return core
 
@@ -32,8 +35,9 @@ class CorePool:
     """pool_size initialised cores and their clean-state snapshots;
     ``reset_batch(B)`` restores the first B and returns them."""
 
-    def __init__(self, core_cls, config: Config, device, dtype, pool_size: int):
-        self.cores = [build_initialized_core(core_cls, config, device, dtype)
+    def __init__(self, core_cls, config: Config, device, dtype, pool_size: int,
+                 checkpoint: str = "none"):
+        self.cores = [build_initialized_core(core_cls, config, device, dtype, checkpoint)
                       for _ in range(pool_size)]
         self.snapshots = [capture_core_state(core) for core in self.cores]
         self.params = [dict(core.params) for core in self.cores]

@@ -156,7 +156,8 @@ class NPOMTrainerDDP:
         self.loss_weights = args.loss_weights_table
         self._build_data()
         self.pool = CorePool(self.core_cls, self.config, self.device, self.dtype,
-                             args.batch_size) if args.reuse_core_pool else None
+                             args.batch_size, args.physics_checkpoint) \
+            if args.reuse_core_pool else None
         self.start_epoch = 0
         self._build_model(resume)
         if resume is not None:
@@ -308,7 +309,8 @@ class NPOMTrainerDDP:
         batch_size = batch_size or self.args.batch_size
         if self.pool is not None:
             return self.pool.reset_batch(batch_size)
-        return [build_initialized_core(self.core_cls, self.config, self.device, self.dtype)
+        return [build_initialized_core(self.core_cls, self.config, self.device, self.dtype,
+                                       self.args.physics_checkpoint)
                 for _ in range(batch_size)]
 
     def _network(self, net: nn.Module, packed: torch.Tensor) -> torch.Tensor:
