@@ -59,7 +59,6 @@ def _check_numbers(a: argparse.Namespace) -> None:
         raise InputError(f"--test_fraction {a.test_fraction}: in [0, 1)")
 
 
-
 def check_options(a: argparse.Namespace, choices: Mapping[str, tuple[str, ...]]) -> None:
     """Refuse what cannot train (values from the &train group are checked
     here alone); add ``loss_weights_table`` and ``learn_names``."""
