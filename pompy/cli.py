@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shlex
 import shutil
@@ -191,44 +192,25 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override one parameter, value as in a namelist (repeatable)")
 
 
-def non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days >= 0")
-    return value
+def number(kind: type, fallback, ok, what: str):
+    """An argparse type: ``kind(text)`` where ``ok`` holds of it, else
+    "'TEXT' is not WHAT" (text that does not parse counts as ``fallback``)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = fallback
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+    parse.__name__ = what
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days > 0")
-    return value
-
-
-def seed_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a seed: an integer 0 .. 2**32-1")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
+non_negative = number(float, -1.0, lambda v: 0 <= v < math.inf, "a number of days >= 0")
+positive_float = number(float, 0.0, lambda v: 0 < v < math.inf, "a number of days > 0")
+seed_int = number(int, -1, lambda v: 0 <= v < 2**32, "a seed: an integer 0 .. 2**32-1")
+positive_int = number(int, 0, lambda v: v >= 1, "a positive integer")
 
 
 def setup(args: argparse.Namespace) -> int:
