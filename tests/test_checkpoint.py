@@ -229,3 +229,37 @@ def test_a_learned_parameter_gets_its_gradient_through_checkpointed_steps(segmen
     # relative with the default segments, 0 with 1 and 3
     assert grads[0] is not None and grads[0] != 0
     assert abs(grads[1] - grads[0]) <= 1e-15 * abs(grads[0])
+
+
+def enclosed_gradient(config, steps, kind, **kw):
+    """The trainer's shape of graph around the core: corrections of the
+    initial el and t by a small function of a weight (a network's stand-in),
+    the steps, and a loss of the final state and of the corrected initial
+    state too (a decoder reading it): the weight's gradient."""
+    core = developed(config, kind, **{k: v for k, v in kw.items() if k == "checkpoint"})
+    core.checkpoint_segment = kw.get("segment")
+    core.checkpoint_graph = kw.get("graph", False)
+    w = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    el0, t0 = core.el + 1e-3 * torch.tanh(w * core.el), core.t * (1 + 1e-4 * w)
+    core.el, core.t = el0, t0
+    core.iend = 2 + steps
+    core.run_time_loop()
+    loss = core.u.square().sum() + core.el.sum() + 1e-3 * core.t.sum() + (el0 * t0[..., 0]).sum()
+    (grad,) = torch.autograd.grad(loss, w)
+    return grad
+
+
+@pytest.mark.parametrize("kind", [ExplicitCore, ImplicitCore])
+def test_steps_keeping_their_graph_equal_the_plain_gradient_inside_any_graph(kind):
+    """checkpoint_graph (the trainer's --physics_checkpoint steps and
+    steps:K): each step a non-reentrant checkpoint, its graph recorded and
+    only the saved tensors recomputed, so an input's gradient terms add up
+    in the plain run's order and a weight's gradient through corrections
+    read inside and outside the steps equals the plain one to the bit, at
+    one level and two (5 steps in segments of 2, then 1)."""
+    config = tiny()
+    plain = enclosed_gradient(config, 5, kind)
+    assert torch.isfinite(plain) and plain != 0
+    for segment in (1, 2):
+        got = enclosed_gradient(config, 5, kind, checkpoint="steps", graph=True, segment=segment)
+        assert torch.equal(got, plain), (segment, float(got - plain))

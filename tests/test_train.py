@@ -1048,12 +1048,72 @@ def test_resume_alone_needs_a_checkpoint_in_the_output(made, tmp_path):
         options(made, tmp_path, "--resume")
 
 
+def test_compiled_physics_gives_the_same_batch(made_explicit, verified, tmp_path, monkeypatch):
+    """--compile: the explicit core's recorded steps run through whole-step
+    graphs with their backward traced by AOT autograd (backend aot_eager
+    here, Inductor's compiling takes minutes), the gradient policies fixed
+    in the forward pass (PROJECT, what the eager backward picks): a
+    training batch's losses equal eager's to the last bit and every
+    gradient to 1e-15 of the largest (measured 2.9e-16: a graph's backward
+    hands each input its gradient in one piece, which the enclosing graph
+    adds to the correctors' share in another order than eager's step by
+    step sums), the graphs serving both the forward and the recorded
+    steps. With --physics_checkpoint it is refused."""
+    from pompy.core import compiled
+
+    certified(verified, tmp_path, monkeypatch, "explicit")
+
+    def batch(*more) -> tuple:
+        where = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        trainer = NPOMTrainerDDP(options(made_explicit, where, "--core", "explicit",
+                                         "--grad_clip_norm", 0, "--correction_scale", 0.05,
+                                         "--batch_size", 2, *more))
+        try:
+            samples = [trainer.train_ds[i] for i in range(2)]
+            ics, refs = collate_samples(trainer.dataset, samples)
+            trainer.optimizer.param_groups[0]["lr"] = 0.0
+            values = trainer.run_single_train_batch(ics, refs)
+            graphs = [pom.graphs for pom in trainer._borrow_poms(2)]
+            return values, {name: p.grad.clone() for name, p in trainer.trainable_params}, graphs
+        finally:
+            trainer.cleanup()
+
+    want, want_grads, plain = batch()
+    assert plain == [None, None]
+    monkeypatch.setattr(compiled, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    try:
+        got, got_grads, graphs = batch("--compile", "--reuse_core_pool")
+    finally:
+        torch._dynamo.reset()
+    recorded = [key for g in graphs for key in g._graphs if key[-1] is not None]
+    assert all(g is not None for g in graphs) and recorded
+    assert got == want and got_grads.keys() == want_grads.keys()
+    largest = max(g.abs().max() for g in want_grads.values())
+    for name, g in want_grads.items():
+        assert got_grads[name].sub(g).abs().max() <= 1e-15 * largest, name
+    with pytest.raises(train.InputError, match=r"^--compile and --physics_checkpoint steps do not "
+                       r"go together: a compiled step's backward keeps what it saves; drop one$"):
+        options(made_explicit, tmp_path / "refused", "--compile", "--physics_checkpoint", "steps")
+
+
+@pytest.mark.parametrize("value", ["steps:0", "steps:", "steps:x", "routines:2", "all"])
+def test_physics_checkpoint_refuses_what_it_does_not_know(made, tmp_path, value):
+    with pytest.raises(train.InputError, match=rf"^--physics_checkpoint {value}: none, routines, "
+                       r"steps or steps:K \(K >= 1 steps per segment\)$"):
+        options(made, tmp_path, "--physics_checkpoint", value)
+
+
 @pytest.mark.parametrize("core", ["explicit", "implicit"])
 def test_checkpointed_physics_gives_the_same_batch_to_the_last_bit(made, made_explicit, verified,
                                                                    tmp_path, monkeypatch, core):
-    """--physics_checkpoint routines: a training batch's losses and every gradient
-    equal the unchecked physics' to the last bit (the recomputation repeats
-    the same operations), with new cores each batch and with the pool."""
+    """--physics_checkpoint routines and steps: a training batch's losses and
+    every gradient equal the unchecked physics' to the last bit (the
+    recomputation repeats the same operations; a step keeps its graph, so
+    the networks' gradient terms add up in the same order), with new cores
+    each batch and with the pool. (Steps as one node each, the core's
+    leanest checkpoint, gave the encoder's weights gradients that differ in
+    the last bits.)"""
     certified(verified, tmp_path, monkeypatch, core)
     data = made_explicit if core == "explicit" else made
 
@@ -1073,9 +1133,11 @@ def test_checkpointed_physics_gives_the_same_batch_to_the_last_bit(made, made_ex
 
     want, want_grads, plain = batch()
     assert plain == {None} and all(g.abs().max() > 0 for g in want_grads.values())
-    for more in (["--physics_checkpoint", "routines"],
-                 ["--physics_checkpoint", "routines", "--reuse_core_pool"]):
+    for kind, more in (("routines", ["--physics_checkpoint", "routines"]),
+                       ("routines", ["--physics_checkpoint", "routines", "--reuse_core_pool"]),
+                       ("steps", ["--physics_checkpoint", "steps"]),
+                       ("steps", ["--physics_checkpoint", "steps:2", "--reuse_core_pool"])):
         got, got_grads, kinds = batch(*more)
-        assert kinds == {"routines"} and got == want and got_grads.keys() == want_grads.keys()
+        assert kinds == {kind} and got == want and got_grads.keys() == want_grads.keys()
         for name, g in want_grads.items():
             assert torch.equal(got_grads[name], g), (more, name)

@@ -52,8 +52,8 @@ def _numbers(*values) -> bool:
 def mismatch(cores: list[Core]) -> str | None:
     """Why ``cores`` cannot be the members of one ensemble whose steps are
     theirs to the last bit (None: they can): cores of one kind, config,
-    device, dtype, routines and policies, none checkpointed, at one step,
-    with the same parameters (the same objects for tensors; in float64 the
+    device, dtype, routines and policies, none checkpointed or compiled, at
+    one step, with the same parameters (the same objects for tensors; in float64 the
     numbers of config.MEMBER_PARAMS may differ, each member running with
     its own), the same grid fields and a solver, if any, that a batch runs
     too (not the PCG, whose early exit reads the host). None learned (a
@@ -73,6 +73,8 @@ def mismatch(cores: list[Core]) -> str | None:
         return refused
     if any(core.checkpoint is not None for core in cores):
         return "a checkpointed core cannot run under torch.vmap"
+    if any(core.graphs is not None for core in cores):
+        return "a compiled core runs its own graphs, which torch.vmap would not"
     learned = [n for n, v in first.params.items() if torch.is_tensor(v) and v.requires_grad]
     learned += [n for n in sorted(GRID & first.state.keys()) if first.state[n].requires_grad]
     if learned:

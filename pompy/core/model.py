@@ -207,6 +207,11 @@ class Core:
         # checkpoint="steps": steps per outer checkpoint of a window (None:
         # about sqrt of the window's steps; 1: every step on its own)
         self.checkpoint_segment: int | None = None
+        # checkpoint="steps": True keeps each step's graph (torch's
+        # non-reentrant checkpoint: gradients equal the unchecked ones to the
+        # bit in any enclosing graph, the trainer's); False, one node per step
+        # (the leanest, for long windows: recompute.recomputed)
+        self.checkpoint_graph = False
         # steps between the stop checks' host reads (1: pom2k's, every step)
         self.check_every = check_every
 
@@ -458,8 +463,8 @@ class Core:
             return s
         inputs = {**state, **{recompute.PARAM + k: v for k, v in params.items()}}
         names = CARRIED + tuple(recompute.PARAM + k for k in params)
-        return ({**state, **recompute.recomputed(run, inputs, names, self._unrecorded())},
-                *info)
+        return ({**state, **recompute.recomputed(run, inputs, names, self._unrecorded(),
+                                                 self.checkpoint_graph)}, *info)
 
     def step(self, iint: int) -> None:
         """Internal step iint, as one pass of pom2k's main loop; raises the
@@ -513,7 +518,7 @@ class Core:
         try:
             new = recompute.recomputed(lambda given: run({**self._zero_work(), **given}), inputs,
                                        CARRIED + tuple(recompute.PARAM + k for k in params),
-                                       self._unrecorded())
+                                       self._unrecorded(), self.checkpoint_graph)
         except recompute.Stopped:
             for iint in range(first, last + 1):
                 self.step(iint)

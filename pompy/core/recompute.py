@@ -125,10 +125,20 @@ class Stopped(Exception):
 
 
 def recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, ...],
-                unrecorded: bool) -> dict:
+                unrecorded: bool, graph: bool = False) -> dict:
     """``run(state)`` (a state dict to the next) as a :class:`_Recomputed`
     of the fields ``names`` of ``state``: what run gives back new (not one
-    of its inputs), with a graph node that keeps only those inputs."""
+    of its inputs), with a graph node that keeps only those inputs.
+
+    ``graph``: as torch's non-reentrant checkpoint instead, which records
+    run's graph as it is without checkpoints and drops only the tensors its
+    nodes save (recomputed in the backward pass). Each input then receives
+    its gradients one by one, in the order of the unchecked graph, so the
+    gradients equal the unchecked ones to the bit in any enclosing graph
+    (a :class:`_Recomputed` hands over one sum per input, which the
+    enclosing graph adds to its other terms in another order: the last bit
+    may differ); it keeps the nodes' bookkeeping, small beside their
+    tensors."""
     new: list[str] = []
 
     def fields(*tensors):
@@ -138,7 +148,11 @@ def recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, ..
             new.extend(n for n, t in out.items() if t is not given.get(n))
         return tuple(out[n] for n in new)
 
-    outputs = _Recomputed.apply(fields, unrecorded, *(state[n] for n in names))
+    inputs = (state[n] for n in names)
+    if graph:
+        outputs = torch_checkpoint(fields, *inputs, use_reentrant=False, preserve_rng_state=False)
+    else:
+        outputs = _Recomputed.apply(fields, unrecorded, *inputs)
     return dict(zip(new, outputs))
 
 

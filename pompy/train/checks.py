@@ -47,6 +47,18 @@ def parse_learn(text: str) -> list[str]:
     return names
 
 
+def parse_physics_checkpoint(text: str) -> tuple[str | None, int | None]:
+    """``--physics_checkpoint``: the core's checkpoint kind (None, "routines"
+    or "steps") and, for steps, the steps per outer segment (1: one level)."""
+    kind, sep, count = str(text).partition(":")
+    if kind in ("none", "routines") and not sep:
+        return (None if kind == "none" else kind), None
+    if kind == "steps" and (not sep or count.isdigit() and int(count) >= 1):
+        return "steps", int(count) if sep else 1
+    raise InputError(f"--physics_checkpoint {text}: none, routines, steps or steps:K "
+                     "(K >= 1 steps per segment)")
+
+
 def _check_numbers(a: argparse.Namespace) -> None:
     for name in _COUNTS:
         if int(getattr(a, name)) < 1:
@@ -78,6 +90,9 @@ def check_options(a: argparse.Namespace, choices: Mapping[str, tuple[str, ...]])
                          f"{a.steps_per_correction} x {a.physics_step_seconds} s")
     if not (a.encoder or a.decoder or a.learn):
         raise InputError("nothing to train: no encoder, no decoder and no --learn")
+    if parse_physics_checkpoint(a.physics_checkpoint)[0] is not None and a.compile:
+        raise InputError(f"--compile and --physics_checkpoint {a.physics_checkpoint} do not go "
+                         "together: a compiled step's backward keeps what it saves; drop one")
     a.loss_weights_table = parse_loss_weights(a.loss_weights)
     a.learn_names = parse_learn(a.learn)
 

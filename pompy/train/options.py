@@ -88,9 +88,15 @@ OPTIONS: tuple[Option, ...] = (
            "dti = dte*isplit"),
     Option("target_time_per_step", float, 1200.0, "seconds per correction cycle: "
            "steps_per_correction x physics_step_seconds"),
-    Option("physics_checkpoint", str, "none", "the physics' autograd memory: none, or routines "
-           "(the heavy routines, turbulence, tracers and momentum, recomputed in the backward pass; "
-           "the same gradients to the bit)", choices=("none", "routines")),
+    Option("physics_checkpoint", str, "none", "the physics' autograd memory: none; routines "
+           "(the heavy routines, turbulence, tracers and momentum, recomputed in the backward "
+           "pass); steps (every physics step's saved tensors recomputed); or steps:K (two "
+           "levels: segments of K steps, then their steps). The same gradients to the bit",
+           metavar="{none,routines,steps,steps:K}"),
+    Option("compile", bool, False, "the physics as whole-step compiled graphs (torch.compile, "
+           "their backward traced too: the explicit core's recorded steps; the implicit core's "
+           "run eagerly but for the test phase's), the gradient policies decided in the forward "
+           "pass; minutes of compiling at a grid's first run"),
     Option("reuse_core_pool", bool, False, "a pool of initialised cores restored to their clean "
            "state each batch (else new cores each batch)"),
     Option("encoder", bool, True, "a CorrectorNet correcting the state before each cycle's "

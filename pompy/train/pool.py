@@ -4,20 +4,43 @@ initial state (inject_core_state), and a batch of them stepped as one
 ensemble where that equals their own runs (run_as_ensemble)."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
+from pompy.autodiff.policies import GradientPolicy, GradientPolicyConfig
 from pompy.config import Config
 from pompy.dataset import member_params
 from pompy.errors import ModelStop
+from pompy.train.checks import parse_physics_checkpoint
 
 
-def build_initialized_core(core_cls, config: Config, device, dtype, checkpoint: str = "none"):
-    """A set-up core; ``checkpoint`` "routines" recomputes its heavy
-    routines in the backward pass (pompy.core.recompute)."""
-    core = core_cls(config, device=device, dtype=dtype,
-                    checkpoint=None if checkpoint == "none" else checkpoint)
+def build_initialized_core(core_cls, config: Config, device, dtype, checkpoint: str = "none",
+                           compile: bool = False):
+    """A set-up core; ``checkpoint`` (--physics_checkpoint) "routines"
+    recomputes its heavy routines in the backward pass, "steps" and
+    "steps:K" its steps' saved tensors, each step's graph kept
+    (Core.checkpoint_graph: gradients to the bit those of the unchecked
+    physics, whatever the networks around it): pompy.core.recompute.
+    ``compile`` (--compile): whole-step graphs (pompy.core.compiled), the
+    gradient policies decided in the forward pass (compiled_policies), so
+    that recorded steps run through them too."""
+    kind, segment = parse_physics_checkpoint(checkpoint)
+    core = core_cls(config, device=device, dtype=dtype, checkpoint=kind, compile=compile,
+                    policies=compiled_policies(config) if compile else None)
+    if kind == "steps":
+        core.checkpoint_graph, core.checkpoint_segment = True, segment
     core.run_initialization()
     return core
+
+
+def compiled_policies(config: Config) -> GradientPolicyConfig:
+    """The config's gradient policies with an override in force, as a
+    compiled step needs to record gradients (pompy.core.compiled): the
+    config's, else PROJECT, the built-in default, which an eager step's
+    backward pass picks too where no context chooses (the trainer's), so
+    compiled and eager gradients are of the same policies."""
+    return dataclasses.replace(config.policies,
+                               override=config.policies.override or GradientPolicy.PROJECT)
 
 
 def capture_core_state(core) -> dict:
@@ -36,8 +59,8 @@ class CorePool:
     ``reset_batch(B)`` restores the first B and returns them."""
 
     def __init__(self, core_cls, config: Config, device, dtype, pool_size: int,
-                 checkpoint: str = "none"):
-        self.cores = [build_initialized_core(core_cls, config, device, dtype, checkpoint)
+                 checkpoint: str = "none", compile: bool = False):
+        self.cores = [build_initialized_core(core_cls, config, device, dtype, checkpoint, compile)
                       for _ in range(pool_size)]
         self.snapshots = [capture_core_state(core) for core in self.cores]
         self.params = [dict(core.params) for core in self.cores]

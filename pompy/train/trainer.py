@@ -156,7 +156,7 @@ class NPOMTrainerDDP:
         self.loss_weights = args.loss_weights_table
         self._build_data()
         self.pool = CorePool(self.core_cls, self.config, self.device, self.dtype,
-                             args.batch_size, args.physics_checkpoint) \
+                             args.batch_size, args.physics_checkpoint, args.compile) \
             if args.reuse_core_pool else None
         self.start_epoch = 0
         self._build_model(resume)
@@ -310,7 +310,7 @@ class NPOMTrainerDDP:
         if self.pool is not None:
             return self.pool.reset_batch(batch_size)
         return [build_initialized_core(self.core_cls, self.config, self.device, self.dtype,
-                                       self.args.physics_checkpoint)
+                                       self.args.physics_checkpoint, self.args.compile)
                 for _ in range(batch_size)]
 
     def _network(self, net: nn.Module, packed: torch.Tensor) -> torch.Tensor:
