@@ -536,9 +536,10 @@ def batched(config: Config, core: str, perturb: str, members: int, dtype: str,
     BATCH_CELLS cells, where it pays; each member is its single run to the
     last bit either way. On a GPU always (not measured: no GPU has been
     lent; a batch there fills a device a small grid leaves idle). Not a
-    core whose registry entry says no ``ensembles`` (the implicit core:
-    batched, its PCG's early exit gives way to the fixed-budget CG: 0.50x
-    at 21x17x11, 1.32x at 65x49x21, and not the single run's bits), nor float32 wind members (their factor would round
+    core whose registry entry says no ``ensembles`` (the implicit core: its
+    members batched are their single runs' bits, its PCG run for all at
+    once, but that has been timed in training alone), nor float32 wind
+    members (their factor would round
     otherwise), nor with ``compile``: compiled graphs do not serve the
     ensemble's vmap, and one compiled core stepping the members in turn is
     faster still."""

@@ -261,11 +261,13 @@ def made_explicit(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("train_explicit"), "explicit")
 
 
-def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_explicit, verified,
-                                                                         tmp_path, monkeypatch):
-    """A batch's physics as one ensemble: the losses and every gradient
-    (the networks') equal those of the cores stepped one by one to the
-    last bit, and so do they where a member's stop makes the cores step
+@pytest.mark.parametrize("core", ["explicit", "implicit"])
+def test_a_batch_of_cores_steps_as_one_ensemble_to_the_last_bit(core, request, verified, tmp_path,
+                                                                monkeypatch):
+    """A batch's physics as one ensemble (the implicit core's members
+    solving with the PCG all at once, cg.pcg_members): the losses and every
+    gradient (the networks') equal those of the cores stepped one by one to
+    the last bit, and so do they where a member's stop makes the cores step
     again one by one; a batch with a sample at a cold start and one not (a
     step that differs) steps one by one, and so does one with a learned
     parameter (its gradient would sum the members' parts in another order:
@@ -273,7 +275,8 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
     from pompy.core.ensemble import Ensemble
     from pompy.errors import CFLViolation
 
-    certified(verified, tmp_path, monkeypatch, "explicit")
+    made = request.getfixturevalue("made_explicit" if core == "explicit" else "made")
+    certified(verified, tmp_path, monkeypatch, core)
     advanced, stops = [], []
     real = Ensemble.advance
 
@@ -287,7 +290,7 @@ def test_a_batch_of_explicit_cores_steps_as_one_ensemble_to_the_last_bit(made_ex
     def batch(batched: bool, which, *more) -> tuple:
         monkeypatch.setattr(NPOMTrainerDDP, "batch_physics", batched)
         where = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
-        trainer = NPOMTrainerDDP(options(made_explicit, where, "--core", "explicit",
+        trainer = NPOMTrainerDDP(options(made, where, "--core", core,
                                          "--grad_clip_norm", 0, "--correction_scale",
                                          0.05, "--batch_size", 3, *more))
         try:

@@ -8,8 +8,8 @@ against B = 1 (a single core), without gradients (in inference mode, as
 
 Each case warms up two steps, then times --steps steps. B = 1 is the
 single core itself (the implicit core with its PCG); B > 1 the ensemble
-(the implicit core's members solve with the reference CG there, the
-PCG's early exit being a host read vmap cannot batch). Results go to
+(the implicit core's members solve with the PCG all at once,
+cg.pcg_members). Results go to
 stdout as a Markdown table, with the load average of the machine.
 
 With --gradients (the trainer's batches, pompy.train): B explicit cores

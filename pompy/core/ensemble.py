@@ -18,9 +18,10 @@ single core from its last good state, so the stop is the one its single
 run gives (``exc.member`` names it), and the ensemble keeps the last good
 state of all.
 
-The implicit core's elevation solve is the reference CG here (the PCG's
-early exit reads its residual on the host, which vmap cannot batch); it
-converges to the same cg_tol. Every
+The implicit core's members solve with its own solver: the PCG runs for
+all of them at once (pompy.core.external.cg.pcg_members, its residuals
+read on the host together, a converged member frozen where its own solve
+stops), so each member's solution and iterations are its single run's. Every
 member runs with the core's params but for its own numbers of
 config.MEMBER_PARAMS (``set_member_params``, e.g. a wind factor each; a
 float64 core), which vmap hands each member. pompy.compat.fortran_math, which hands

@@ -24,6 +24,12 @@ Two solvers, both to the relative residual ``tol`` (|b - A x| <= tol |b|):
   (pompy.core.external.multigrid) whose iterations do not grow with the
   grid.
 
+Under torch.vmap (an ensemble's members) both run batched, each member's
+solution, residual and iterations those of its own solve to the last bit:
+the reference CG as it is, the PCG by :func:`pcg_members` (its iterations
+batched, every member's residual read at once, a member that has converged
+frozen where its own solve stops).
+
 Both return the true relative residual |b - A x|/|b| recomputed from x,
 which the core checks against cg_tol (one host read per step, with the
 velocity check). Either is differentiable by implicit differentiation
@@ -123,29 +129,41 @@ def _face_grads(lam: Tensor, x: Tensor, active: Tensor) -> tuple[Tensor, Tensor,
 
 
 def _solved(a: FivePoint, b: Tensor, tol: float, maxiter: int, accelerated: bool,
-            preconditioner: str) -> tuple[Tensor, Tensor, Tensor]:
+            preconditioner: str, members: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(x, true relative residual, iterations) by the PCG with
     ``preconditioner`` (``accelerated``) or the reference CG (its fixed
-    budget: maxiter)."""
+    budget: maxiter); of each member (a's and b's leading dimension) where
+    ``members``."""
+    if accelerated and members:
+        return pcg_members(a, b, tol, maxiter, preconditioner=preconditioner)
     if accelerated:
         x, residual, done = pcg(a, b, tol, maxiter, preconditioner=preconditioner)
         return x, residual, torch.full_like(residual, done)
-    x, residual = _cg(a, b, tol, maxiter)
+    x, residual = _each(lambda a, b: _cg(a, b, tol, maxiter), members)(a, b)
     return x, residual, torch.full_like(residual, maxiter)
+
+
+def _each(fn: Callable, members: bool) -> Callable:
+    """``fn`` of one system, over the members (leading dimension) where ``members``."""
+    return torch.vmap(fn) if members else fn
 
 
 def _checked(x: Tensor, residual: Tensor, rhs: Tensor, tol: float, maxiter: int, solve: str
              ) -> Tensor:
-    """x, once its solve is known to have reached tol: NotConverged naming
-    the solve otherwise (unless the right-hand side ``rhs`` is not finite: a
-    NaN loss's gradient, whose NaN goes on for the caller to see). Under torch.func transforms (vmap, hessian, ...)
-    the residual cannot be read on the host: a short solve's x is NaN
-    there, which the time loop's finiteness check or the loss reports."""
+    """x, once its solve (each member's: ``residual`` (B,)) is known to have
+    reached tol: NotConverged naming the solve otherwise (unless that
+    right-hand side ``rhs`` is not finite: a NaN loss's gradient, whose NaN
+    goes on for the caller to see). Under torch.func transforms (vmap,
+    hessian, ...) the residual cannot be read on the host: a short solve's x
+    is NaN there, which the time loop's finiteness check or the loss
+    reports."""
     if torch._C._are_functorch_transforms_active():
         return torch.where(residual <= tol * SLACK, x, torch.full_like(x, float("nan")))
-    value = float(residual)
-    if not value <= tol * SLACK and bool(torch.isfinite(rhs).all()):
-        raise NotConverged(None, value, tol, maxiter, solve=solve)
+    values = residual.reshape(-1).tolist()
+    finite = torch.isfinite(rhs.reshape(len(values), -1)).all(1).tolist()
+    short = next((v for v, f in zip(values, finite) if not v <= tol * SLACK and f), None)
+    if short is not None:
+        raise NotConverged(None, short, tol, maxiter, solve=solve)
     return x
 
 
@@ -155,33 +173,45 @@ class _Solve(torch.autograd.Function):
     reference), differentiated implicitly: the adjoint and tangent solves
     are the same CG (preconditioner and all) to the same tol, their
     residuals checked. With create_graph the adjoint is itself a _Solve, so
-    second derivatives are implicit too."""
-
-    generate_vmap_rule = True          # an ensemble's members solve under torch.vmap
+    second derivatives are implicit too. ``members``: the inputs' leading
+    dimension is an ensemble's members, each solved as its own system (the
+    vmap rule's)."""
 
     @staticmethod
-    def forward(diag, cx, cy, active, b, tol, maxiter, accelerated, preconditioner):
+    def forward(diag, cx, cy, active, b, tol, maxiter, accelerated, preconditioner, members):
         return _solved(FivePoint(diag, cx, cy, active), b, tol, maxiter, accelerated,
-                       preconditioner)
+                       preconditioner, members)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        diag, cx, cy, active, b, tol, maxiter, accelerated, preconditioner = inputs
+        diag, cx, cy, active, b, tol, maxiter, accelerated, preconditioner, members = inputs
         x, _, _ = output
         ctx.save_for_backward(diag, cx, cy, active, x)
         ctx.save_for_forward(diag, cx, cy, active, x)
         ctx.tol, ctx.maxiter, ctx.accelerated = tol, maxiter, accelerated
-        ctx.preconditioner = preconditioner
+        ctx.preconditioner, ctx.members = preconditioner, members
         ctx.mark_non_differentiable(output[1], output[2])
+
+    @staticmethod
+    def vmap(info, in_dims, diag, cx, cy, active, b, tol, maxiter, accelerated, preconditioner,
+             members):
+        """Under torch.vmap: every member's system at once (members=True),
+        the PCG's host reads made for all of them (pcg_members), which a
+        vmapped forward could not."""
+        if members:
+            raise NotImplementedError("the elevation solve under two levels of torch.vmap")
+        tensors = [t.movedim(d, 0) if d is not None else t.expand(info.batch_size, *t.shape)
+                   for t, d in zip((diag, cx, cy, active, b), in_dims[:5])]
+        return _Solve.apply(*tensors, tol, maxiter, accelerated, preconditioner, True), (0, 0, 0)
 
     @staticmethod
     def derivative_solve(ctx, a: FivePoint, rhs: Tensor, solve: str) -> Tensor:
         if torch.is_grad_enabled():                 # create_graph: differentiable again
             x, residual, _ = _Solve.apply(*a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated,
-                                          ctx.preconditioner)
+                                          ctx.preconditioner, ctx.members)
         else:
             x, residual, _ = _solved(a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated,
-                                     ctx.preconditioner)
+                                     ctx.preconditioner, ctx.members)
         return _checked(x, residual, rhs, ctx.tol, ctx.maxiter, solve)
 
     @staticmethod
@@ -190,17 +220,18 @@ class _Solve(torch.autograd.Function):
         a = FivePoint(diag, cx, cy, active)
         # A symmetric: A^T = A
         lam = _Solve.derivative_solve(ctx, a, grad_x, "adjoint elevation solve (backward pass)")
-        gdiag, gcx, gcy = _face_grads(lam, x, active)
-        return gdiag, gcx, gcy, None, lam, None, None, None, None
+        gdiag, gcx, gcy = _each(_face_grads, ctx.members)(lam, x, active)
+        return gdiag, gcx, gcy, None, lam, None, None, None, None, None
 
     @staticmethod
     def jvp(ctx, diag_t, cx_t, cy_t, active_t, b_t, tol_t, maxiter_t, accelerated_t,
-            preconditioner_t):
+            preconditioner_t, members_t):
         diag, cx, cy, active, x = ctx.saved_tensors
         zero = torch.zeros_like(x)
         tangent_a = FivePoint(zero if diag_t is None else diag_t, zero if cx_t is None else cx_t,
                               zero if cy_t is None else cy_t, active)
-        rhs = (zero if b_t is None else b_t) - torch.where(active, apply(tangent_a, x), zero)
+        rhs = (zero if b_t is None else b_t) - torch.where(
+            active, _each(apply, ctx.members)(tangent_a, x), zero)
         x_t = _Solve.derivative_solve(ctx, FivePoint(diag, cx, cy, active), rhs,
                                       "tangent elevation solve (forward mode)")
         return x_t, None, None
@@ -209,7 +240,8 @@ class _Solve(torch.autograd.Function):
 def solve(a: FivePoint, b: Tensor, tol: float, maxiter: int) -> tuple[Tensor, Tensor]:
     """The reference CG: (x, relative residual), differentiable in diag, cx,
     cy and b (module docstring)."""
-    x, residual, _ = _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, False, "jacobi")
+    x, residual, _ = _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, False, "jacobi",
+                                  False)
     return x, residual
 
 
@@ -233,32 +265,81 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int | No
         check_every = CHECK_EVERY[preconditioner]
     with torch.no_grad():
         precondition = _preconditioner(a, preconditioner)
-        x = torch.zeros_like(b)
-        r = b.clone()
-        z = precondition(r)
-        p = z
-        rz = _dot(r, z)
+        v = _interior(a)
+        state = _pcg_start(precondition, b)
         bb = float(_dot(b, b)) or 1.0
         limit = tol * tol * bb
-        rr = float(_dot(r, r))
         done = 0
-        v = _interior(a)
         while done < maxiter:
-            for _ in range(min(check_every, maxiter - done)):
-                ap = _apply(v, p)
-                pap = _dot(p, ap)
-                alpha = rz / torch.where(pap != 0, pap, torch.ones_like(pap))
-                x = x + alpha * p
-                r = r - alpha * ap
-                z = precondition(r)
-                rz_new = _dot(r, z)
-                p = z + (rz_new / torch.where(rz != 0, rz, torch.ones_like(rz))) * p
-                rz = rz_new
-            done += min(check_every, maxiter - done)
-            rr = float(_dot(r, r))
-            if rr <= limit:
+            n = min(check_every, maxiter - done)
+            state = _pcg_iterations(v, precondition, *state, n)
+            done += n
+            if float(_dot(state[1], state[1])) <= limit:
                 break
-        return x, _true_residual(v, b, x, torch.as_tensor(bb, dtype=b.dtype, device=b.device)), done
+        scale = torch.as_tensor(bb, dtype=b.dtype, device=b.device)
+        return state[0], _true_residual(v, b, state[0], scale), done
+
+
+def _pcg_start(precondition: Callable[[Tensor], Tensor], b: Tensor) -> tuple[Tensor, ...]:
+    """The PCG's (x, r, z, p, rz) before its first iteration, from x = 0."""
+    z = precondition(b)
+    return torch.zeros_like(b), b.clone(), z, z, _dot(b, z)
+
+
+def _pcg_iterations(v: _Interior, precondition: Callable[[Tensor], Tensor], x: Tensor,
+                    r: Tensor, z: Tensor, p: Tensor, rz: Tensor, n: int) -> tuple[Tensor, ...]:
+    """n PCG iterations from (x, r, z, p, rz)."""
+    for _ in range(n):
+        ap = _apply(v, p)
+        pap = _dot(p, ap)
+        alpha = rz / torch.where(pap != 0, pap, torch.ones_like(pap))
+        x = x + alpha * p
+        r = r - alpha * ap
+        z = precondition(r)
+        rz_new = _dot(r, z)
+        p = z + (rz_new / torch.where(rz != 0, rz, torch.ones_like(rz))) * p
+        rz = rz_new
+    return x, r, z, p, rz
+
+
+def pcg_members(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int | None = None,
+                preconditioner: str = "jacobi") -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`pcg` of B systems at once (a's and b's leading dimension, the
+    members): (x, true relative residuals, iterations), each member's its
+    own pcg's to the last bit. The iterations run under torch.vmap (the
+    preconditioner built inside, per block of ``check_every``); every
+    member's residual is read at once, and a member that has converged is
+    frozen from then on, as its own solve stops there."""
+    if check_every is None:
+        check_every = CHECK_EVERY[preconditioner]
+    with torch.no_grad():
+        def start(a: FivePoint, b: Tensor) -> tuple[Tensor, ...]:
+            return _pcg_start(_preconditioner(a, preconditioner), b)
+
+        def iterations(n: int) -> Callable:
+            return torch.vmap(lambda a, *state: _pcg_iterations(
+                _interior(a), _preconditioner(a, preconditioner), *state, n))
+
+        dots = torch.vmap(_dot)
+        state = torch.vmap(start)(a, b)
+        bbs = [value or 1.0 for value in dots(b, b).tolist()]
+        limits = [tol * tol * bb for bb in bbs]
+        going, done = [True] * len(bbs), [0] * len(bbs)
+        step = 0
+        while step < maxiter and any(going):
+            n = min(check_every, maxiter - step)
+            new = iterations(n)(a, *state)
+            mask = torch.tensor(going, device=b.device)
+            state = tuple(torch.where(mask.view(-1, *[1] * (old.dim() - 1)), fresh, old)
+                          for fresh, old in zip(new, state))
+            step += n
+            for m, rr in enumerate(dots(state[1], state[1]).tolist()):
+                if going[m]:
+                    done[m], going[m] = step, not rr <= limits[m]
+        scale = torch.tensor(bbs, dtype=b.dtype, device=b.device)
+        residual = torch.vmap(lambda a, b, x, s: _true_residual(_interior(a), b, x, s))(
+            a, b, state[0], scale)
+        return state[0], residual, torch.tensor(done, dtype=residual.dtype, device=b.device)
 
 
 def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
@@ -290,23 +371,43 @@ def solve_counted(a: FivePoint, b: Tensor, tol: float, maxiter: int,
     the PCG's to convergence, the reference CG's fixed budget."""
     if compat.in_force() or torch._C._are_functorch_transforms_active():
         x, residual, iterations = _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter,
-                                               False, "jacobi")
+                                               False, "jacobi", False)
         return x, residual, iterations
     if _differentiated((a.diag, a.cx, a.cy, b)):
-        return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True, preconditioner)
+        return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True, preconditioner,
+                            False)
     x, res, done = pcg(a, b, tol, maxiter, preconditioner=preconditioner)
     return x, res, torch.full_like(res, done)
+
+
+def solve_members(a: FivePoint, b: Tensor, tol: float, maxiter: int,
+                  preconditioner: str = "jacobi") -> tuple[Tensor, Tensor]:
+    """:func:`solve_auto` for an ensemble's members, under torch.vmap: the
+    PCG, which _Solve's vmap rule runs for all members at once
+    (:func:`pcg_members`), each member's solution, residual and iterations
+    those of its own solve_auto to the last bit."""
+    x, residual, _ = _members_counted(a, b, tol, maxiter, preconditioner)
+    return x, residual
+
+
+def _members_counted(a: FivePoint, b: Tensor, tol: float, maxiter: int,
+                     preconditioner: str) -> tuple[Tensor, Tensor, Tensor]:
+    return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True, preconditioner,
+                        False)
 
 
 def solve_with(solver: Callable, a: FivePoint, b: Tensor, p: Mapping
                ) -> tuple[Tensor, Tensor, Tensor]:
     """(x, relative residual, iterations) of ``solver`` to p's cg_tol within
-    cg_maxiter: :func:`solve_auto` with p's preconditioner, counted; the
-    reference CG with its fixed budget; any other solver (a spy, the
-    Fortran's cg_solve) as it is, its iterations not known (NaN)."""
+    cg_maxiter: :func:`solve_auto` and :func:`solve_members` with p's
+    preconditioner, counted; the reference CG with its fixed budget; any
+    other solver (a spy, the Fortran's cg_solve) as it is, its iterations
+    not known (NaN)."""
     tol, maxiter = p["cg_tol"], p["cg_maxiter"]
     if solver is solve_auto:
         return solve_counted(a, b, tol, maxiter, p["preconditioner"])
+    if solver is solve_members:
+        return _members_counted(a, b, tol, maxiter, p["preconditioner"])
     x, residual = solver(a, b, tol, maxiter)
     return x, residual, torch.full_like(residual, maxiter if solver is solve else math.nan)
 

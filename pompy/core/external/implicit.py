@@ -240,6 +240,10 @@ def _edge_b(rad: dict, im: int, jm: int, zero: Tensor) -> Tensor:
     return b + torch.cat([zero[:, :jm - 2], rad["n"][1][:, None], zero[:, jm - 1:]], Y)
 
 
+# a core's solver -> the one its ensemble's members run, each member's solve its own
+BATCHED = {cg.solve_auto: cg.solve_members, cg.solve: cg.solve}
+
+
 class SemiImplicit:
     """The implicit free surface: one :func:`implicit_step` per internal
     step. Its stop checks (pompy.core.external.checks): the velocity check
@@ -262,16 +266,18 @@ class SemiImplicit:
         return velocity_within(config, values) & converged(config, values["cg_residual"])
 
     def batch_refusal(self) -> str | None:
-        """A batch runs the reference CG (the PCG's early exit reads the
-        host, which vmap cannot batch): a core built with another solver
-        would not be its single run."""
-        if self.solver is not cg.solve:
-            return "a core's elevation solver is not the reference CG, which a batch runs"
+        """A batch runs the core's own solve (the PCG, cg.solve_members, or
+        the reference CG): a core built with another solver (a spy, the
+        Fortran's) would not be its single run."""
+        if self.solver not in BATCHED:
+            return ("a core's elevation solver is neither cg.solve_auto nor cg.solve, "
+                    "which a batch runs")
         return None
 
     def batched(self) -> SemiImplicit:
-        """The part with the reference CG: no host read inside vmap."""
-        return SemiImplicit(cg.solve)
+        """The part with the core's solve as a batch runs it (no host read
+        inside vmap)."""
+        return SemiImplicit(BATCHED[self.solver])
 
     def failure(self, iint: int, config: Config, values: Mapping):
         stop = velocity_failure(iint, config, values, self.checked_field)
