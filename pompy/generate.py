@@ -539,8 +539,7 @@ def batched(config: Config, core: str, perturb: str, members: int, dtype: str,
     core whose registry entry says no ``ensembles`` (the implicit core: its
     members batched are their single runs' bits, its PCG run for all at
     once, but that has been timed in training alone), nor float32 wind
-    members (their factor would round
-    otherwise), nor with ``compile``: compiled graphs do not serve the
+    members (their factor would round otherwise), nor with ``compile``: compiled graphs do not serve the
     ensemble's vmap, and one compiled core stepping the members in turn is
     faster still."""
     small = torch.device(device).type != "cpu" or config.im * config.jm * config.kb <= BATCH_CELLS

@@ -231,14 +231,14 @@ def test_a_learned_parameter_gets_its_gradient_through_checkpointed_steps(segmen
     assert abs(grads[1] - grads[0]) <= 1e-15 * abs(grads[0])
 
 
-def enclosed_gradient(config, steps, kind, **kw):
+def enclosed_gradient(config, steps, kind, checkpoint=None, segment=None):
     """The trainer's shape of graph around the core: corrections of the
     initial el and t by a small function of a weight (a network's stand-in),
-    the steps, and a loss of the final state and of the corrected initial
-    state too (a decoder reading it): the weight's gradient."""
-    core = developed(config, kind, **{k: v for k, v in kw.items() if k == "checkpoint"})
-    core.checkpoint_segment = kw.get("segment")
-    core.checkpoint_graph = kw.get("graph", False)
+    the steps (checkpointed, each keeping its graph, where ``checkpoint``),
+    and a loss of the final state and of the corrected initial state too (a
+    decoder reading it): the weight's gradient."""
+    core = developed(config, kind, checkpoint=checkpoint)
+    core.checkpoint_segment, core.checkpoint_graph = segment, checkpoint is not None
     w = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     el0, t0 = core.el + 1e-3 * torch.tanh(w * core.el), core.t * (1 + 1e-4 * w)
     core.el, core.t = el0, t0
@@ -261,5 +261,5 @@ def test_steps_keeping_their_graph_equal_the_plain_gradient_inside_any_graph(kin
     plain = enclosed_gradient(config, 5, kind)
     assert torch.isfinite(plain) and plain != 0
     for segment in (1, 2):
-        got = enclosed_gradient(config, 5, kind, checkpoint="steps", graph=True, segment=segment)
+        got = enclosed_gradient(config, 5, kind, checkpoint="steps", segment=segment)
         assert torch.equal(got, plain), (segment, float(got - plain))

@@ -57,7 +57,7 @@ def mismatch(cores: list[Core]) -> str | None:
     one step, with the same parameters (the same objects for tensors; in float64 the
     numbers of config.MEMBER_PARAMS may differ, each member running with
     its own), the same grid fields and a solver, if any, that a batch runs
-    too (not the PCG, whose early exit reads the host). None learned (a
+    too (the core's PCG or the reference CG: batch_refusal). None learned (a
     parameter or grid field that requires grad): the members would share
     it, and its gradient would sum their parts in another order than their
     single runs' backward does (measured: the last bits of a learned

@@ -374,8 +374,7 @@ def solve_counted(a: FivePoint, b: Tensor, tol: float, maxiter: int,
                                                False, "jacobi", False)
         return x, residual, iterations
     if _differentiated((a.diag, a.cx, a.cy, b)):
-        return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True, preconditioner,
-                            False)
+        return _accelerated(a, b, tol, maxiter, preconditioner)
     x, res, done = pcg(a, b, tol, maxiter, preconditioner=preconditioner)
     return x, res, torch.full_like(res, done)
 
@@ -386,12 +385,14 @@ def solve_members(a: FivePoint, b: Tensor, tol: float, maxiter: int,
     PCG, which _Solve's vmap rule runs for all members at once
     (:func:`pcg_members`), each member's solution, residual and iterations
     those of its own solve_auto to the last bit."""
-    x, residual, _ = _members_counted(a, b, tol, maxiter, preconditioner)
+    x, residual, _ = _accelerated(a, b, tol, maxiter, preconditioner)
     return x, residual
 
 
-def _members_counted(a: FivePoint, b: Tensor, tol: float, maxiter: int,
-                     preconditioner: str) -> tuple[Tensor, Tensor, Tensor]:
+def _accelerated(a: FivePoint, b: Tensor, tol: float, maxiter: int,
+                 preconditioner: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(x, residual, iterations) by the PCG, differentiated implicitly (and
+    batched under torch.vmap: _Solve's vmap rule)."""
     return _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter, True, preconditioner,
                         False)
 
@@ -407,7 +408,7 @@ def solve_with(solver: Callable, a: FivePoint, b: Tensor, p: Mapping
     if solver is solve_auto:
         return solve_counted(a, b, tol, maxiter, p["preconditioner"])
     if solver is solve_members:
-        return _members_counted(a, b, tol, maxiter, p["preconditioner"])
+        return _accelerated(a, b, tol, maxiter, p["preconditioner"])
     x, residual = solver(a, b, tol, maxiter)
     return x, residual, torch.full_like(residual, maxiter if solver is solve else math.nan)
 
