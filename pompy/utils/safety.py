@@ -110,6 +110,26 @@ def _remember(ctx, layer: str | None, policy: GradientPolicy | None) -> None:
     ctx.policy, ctx.override = explicit_policy(ctx.layer, policy), policy_override()
 
 
+def _members_first(info, in_dims, tensors) -> list[Tensor]:
+    """A custom Function's tensor inputs under torch.vmap as one batch: a
+    batched input with its members' dimension first, its own dimensions
+    right-aligned with the others' (ones put between), as broadcasting
+    sees them per member; an unbatched one that carries a gradient expanded
+    to every member (its gradient then the members' sum, as vmap's own rule
+    adds them); the others as they are (broadcasting right-aligns them)."""
+    rank = max(t.dim() - (d is not None) for t, d in zip(tensors, in_dims))
+    out = []
+    for t, d in zip(tensors, in_dims):
+        if d is not None:
+            t = t.movedim(d, 0)
+            t = t.reshape(t.shape[0], *(1,) * (rank + 1 - t.dim()), *t.shape[1:])
+        elif requires_grad(t) or _has_tangent(t):
+            t = t.reshape(1, *(1,) * (rank - t.dim()), *t.shape).expand(
+                info.batch_size, *(-1,) * rank)
+        out.append(t)
+    return out
+
+
 class _Guarded(torch.autograd.Function):
     """y = value (computed by the caller from the guarded input); dy/dx =
     derivative(x or y), ``of_output`` saying which: computed in the backward
@@ -117,8 +137,6 @@ class _Guarded(torch.autograd.Function):
     there, so the derivative is differentiable in turn (second order). The
     backward, and the forward-mode jvp, apply the layer's gradient policy at
     the bottom points."""
-
-    generate_vmap_rule = True
 
     @staticmethod
     def forward(x, value, derivative, of_output, bottom, layer, policy):
@@ -143,6 +161,15 @@ class _Guarded(torch.autograd.Function):
     def jvp(ctx, x_t, value_t, derivative_t, of_output_t, bottom_t, layer_t, policy_t):
         source, bottom = ctx.saved_tensors
         return _tangent_policy(ctx, x_t * ctx.derivative(source), bottom)
+
+    @staticmethod
+    def vmap(info, in_dims, x, value, derivative, of_output, bottom, layer, policy):
+        """Under torch.vmap: once for every member (elementwise, so each
+        member's values and gradients are its own op's), not vmap's
+        generated rule, whose per-call overhead is most of an ensemble's."""
+        x, value, bottom = _members_first(info, (in_dims[0], in_dims[1], in_dims[4]),
+                                          (x, value, bottom))
+        return _Guarded.apply(x, value, derivative, of_output, bottom, layer, policy), 0
 
 
 class _CompiledGuarded(torch.autograd.Function):
@@ -245,8 +272,6 @@ class _Divide(torch.autograd.Function):
     their graph and tangent (second order), d held at +-eps (a constant)
     where it was in the forward pass."""
 
-    generate_vmap_rule = True
-
     @staticmethod
     def forward(n, d, held, eps, bottom, layer, policy):
         return n / held
@@ -275,6 +300,13 @@ class _Divide(torch.autograd.Function):
         if d_t is not None:
             tangent = tangent - d_t * quotient / held
         return _tangent_policy(ctx, tangent, bottom)
+
+    @staticmethod
+    def vmap(info, in_dims, n, d, held, eps, bottom, layer, policy):
+        """Under torch.vmap: once for every member, as :meth:`_Guarded.vmap`."""
+        n, d, held, bottom = _members_first(info, in_dims[:3] + in_dims[4:5],
+                                            (n, d, held, bottom))
+        return _Divide.apply(n, d, held, eps, bottom, layer, policy), 0
 
 
 class _CompiledDivide(torch.autograd.Function):

@@ -48,6 +48,7 @@ cg_iterations).
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 
@@ -83,14 +84,21 @@ def _dot(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum()
 
 
-def _true_residual(v: _Interior, b: Tensor, x: Tensor, scale: Tensor) -> Tensor:
+def _member_dots(a: Tensor, b: Tensor) -> Tensor:
+    """Each member's :func:`_dot` (a leading dimension), shaped (B, 1, 1)
+    to scale its fields: the reduction torch.vmap makes of _dot, bit for
+    bit each member's own."""
+    return (a * b).sum((-2, -1), keepdim=True)
+
+
+def _true_residual(v: _Interior, b: Tensor, x: Tensor, scale: Tensor, dot=_dot) -> Tensor:
     """|b - A x| / |b| recomputed from x: the recurrence's residual drifts
     from it by rounding (measured: float32 reported 1e-13 where the true
     one was 2e-6; float64 at cg_tol 1e-17, 7e-18 against 1.3e-14), so the
     solves report this one, which no tolerance below the arithmetic's
     floor can pass."""
     r = b - _apply(v, x)
-    return torch.sqrt(_dot(r, r) / scale)
+    return torch.sqrt(dot(r, r) / scale)
 
 
 def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = None
@@ -280,23 +288,26 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int | No
         return state[0], _true_residual(v, b, state[0], scale), done
 
 
-def _pcg_start(precondition: Callable[[Tensor], Tensor], b: Tensor) -> tuple[Tensor, ...]:
+def _pcg_start(precondition: Callable[[Tensor], Tensor], b: Tensor, dot=_dot
+               ) -> tuple[Tensor, ...]:
     """The PCG's (x, r, z, p, rz) before its first iteration, from x = 0."""
     z = precondition(b)
-    return torch.zeros_like(b), b.clone(), z, z, _dot(b, z)
+    return torch.zeros_like(b), b.clone(), z, z, dot(b, z)
 
 
 def _pcg_iterations(v: _Interior, precondition: Callable[[Tensor], Tensor], x: Tensor,
-                    r: Tensor, z: Tensor, p: Tensor, rz: Tensor, n: int) -> tuple[Tensor, ...]:
-    """n PCG iterations from (x, r, z, p, rz)."""
+                    r: Tensor, z: Tensor, p: Tensor, rz: Tensor, n: int, dot=_dot
+                    ) -> tuple[Tensor, ...]:
+    """n PCG iterations from (x, r, z, p, rz); of members with ``dot``
+    :func:`_member_dots`."""
     for _ in range(n):
         ap = _apply(v, p)
-        pap = _dot(p, ap)
+        pap = dot(p, ap)
         alpha = rz / torch.where(pap != 0, pap, torch.ones_like(pap))
         x = x + alpha * p
         r = r - alpha * ap
         z = precondition(r)
-        rz_new = _dot(r, z)
+        rz_new = dot(r, z)
         p = z + (rz_new / torch.where(rz != 0, rz, torch.ones_like(rz))) * p
         rz = rz_new
     return x, r, z, p, rz
@@ -306,39 +317,38 @@ def pcg_members(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: 
                 preconditioner: str = "jacobi") -> tuple[Tensor, Tensor, Tensor]:
     """:func:`pcg` of B systems at once (a's and b's leading dimension, the
     members): (x, true relative residuals, iterations), each member's its
-    own pcg's to the last bit. The iterations run under torch.vmap (the
-    preconditioner built inside, per block of ``check_every``); every
-    member's residual is read at once, and a member that has converged is
-    frozen from then on, as its own solve stops there."""
+    own pcg's to the last bit. The iterations run on the members' stacked
+    fields (each reduction :func:`_member_dots`, as torch.vmap would make
+    it, without its dispatch on every small operation, which cost more than
+    the arithmetic on a training grid); the multigrid preconditioner is
+    each member's own, under torch.vmap. Every member's residual is read at
+    once, and a member that has converged is frozen from then on, as its
+    own solve stops there."""
     if check_every is None:
         check_every = CHECK_EVERY[preconditioner]
     with torch.no_grad():
-        def start(a: FivePoint, b: Tensor) -> tuple[Tensor, ...]:
-            return _pcg_start(_preconditioner(a, preconditioner), b)
-
-        def iterations(n: int) -> Callable:
-            return torch.vmap(lambda a, *state: _pcg_iterations(
-                _interior(a), _preconditioner(a, preconditioner), *state, n))
-
-        dots = torch.vmap(_dot)
-        state = torch.vmap(start)(a, b)
-        bbs = [value or 1.0 for value in dots(b, b).tolist()]
+        v = _interior(a)
+        if preconditioner == "jacobi":          # elementwise: the members' at once
+            precondition = _preconditioner(a, preconditioner)
+        else:
+            precondition = functools.partial(
+                torch.vmap(lambda a, r: _preconditioner(a, preconditioner)(r)), a)
+        state = _pcg_start(precondition, b, _member_dots)
+        bbs = [value or 1.0 for value in _member_dots(b, b).reshape(-1).tolist()]
         limits = [tol * tol * bb for bb in bbs]
         going, done = [True] * len(bbs), [0] * len(bbs)
         step = 0
         while step < maxiter and any(going):
             n = min(check_every, maxiter - step)
-            new = iterations(n)(a, *state)
-            mask = torch.tensor(going, device=b.device)
-            state = tuple(torch.where(mask.view(-1, *[1] * (old.dim() - 1)), fresh, old)
-                          for fresh, old in zip(new, state))
+            new = _pcg_iterations(v, precondition, *state, n, _member_dots)
+            mask = torch.tensor(going, device=b.device).view(-1, 1, 1)
+            state = tuple(torch.where(mask, fresh, old) for fresh, old in zip(new, state))
             step += n
-            for m, rr in enumerate(dots(state[1], state[1]).tolist()):
+            for m, rr in enumerate(_member_dots(state[1], state[1]).reshape(-1).tolist()):
                 if going[m]:
                     done[m], going[m] = step, not rr <= limits[m]
-        scale = torch.tensor(bbs, dtype=b.dtype, device=b.device)
-        residual = torch.vmap(lambda a, b, x, s: _true_residual(_interior(a), b, x, s))(
-            a, b, state[0], scale)
+        scale = torch.tensor(bbs, dtype=b.dtype, device=b.device).view(-1, 1, 1)
+        residual = _true_residual(v, b, state[0], scale, _member_dots).reshape(-1)
         return state[0], residual, torch.tensor(done, dtype=residual.dtype, device=b.device)
 
 

@@ -37,20 +37,28 @@ class _Interior(NamedTuple):
 
 
 def _interior(a: FivePoint) -> _Interior:
-    im, jm = a.diag.shape
+    """Of one system (im, jm), or of members (a leading dimension)."""
+    im, jm = a.diag.shape[-2:]
     I, J = slice(1, im - 1), slice(1, jm - 1)          # span(2, imm1), span(2, jmm1)
-    return _Interior(im, jm, a.diag[I, J], a.cx[I, J], a.cx[2:im, J], a.cy[I, J], a.cy[I, 2:jm],
-                     a.active[I, J])
+    return _Interior(im, jm, a.diag[..., I, J], a.cx[..., I, J], a.cx[..., 2:im, J],
+                     a.cy[..., I, J], a.cy[..., I, 2:jm], a.active[..., I, J])
 
 
 def _apply(v: _Interior, x: Tensor) -> Tensor:
-    """A x on the interior (pom2k's ranges, as views), x on the boundary ring."""
+    """A x on the interior (pom2k's ranges, as views), x on the boundary ring;
+    of members (x with a leading dimension) outside autograd only: they
+    are written in place of a copy, where one system goes through put,
+    which torch.vmap and autograd take."""
     im, jm = v.im, v.jm
     I, J = slice(1, im - 1), slice(1, jm - 1)          # span(2, imm1), span(2, jmm1)
-    xc = x[I, J]
-    ax = (v.diag * xc - v.cx * x[:im - 2, J] - v.cx_p * x[2:im, J]
-          - v.cy * x[I, :jm - 2] - v.cy_p * x[I, 2:jm])
-    return put(x, torch.where(v.active, ax, xc), i=(2, im - 1), j=(2, jm - 1))
+    xc = x[..., I, J]
+    ax = (v.diag * xc - v.cx * x[..., :im - 2, J] - v.cx_p * x[..., 2:im, J]
+          - v.cy * x[..., I, :jm - 2] - v.cy_p * x[..., I, 2:jm])
+    if x.dim() == 2:
+        return put(x, torch.where(v.active, ax, xc), i=(2, im - 1), j=(2, jm - 1))
+    out = x.clone()
+    out[..., I, J] = torch.where(v.active, ax, xc)
+    return out
 
 
 def apply(a: FivePoint, x: Tensor) -> Tensor:
