@@ -111,6 +111,37 @@ def test_safe_divide_is_batched_without_a_per_member_loop():
     assert got.numpy().tobytes() == want.tobytes()
 
 
+def test_safe_ops_under_vmap_give_each_member_its_own_values_and_gradients():
+    """Under torch.vmap the safe ops run once for all members (their own
+    vmap rules): each member's quotient and gradients equal its own
+    call's to the bit, with a member-less numerator of fewer dimensions
+    that broadcasts, and a member-less input that carries a gradient
+    (its gradient then the members' sum, as vmap's generated rule gives)."""
+    n = rand(3, 4, 6, seed=7).requires_grad_(True)
+    d = rand(3, 4, 6, low=-1.0, high=1.0, seed=8)
+    d[1, 2, 3] = 0.0
+    d.requires_grad_(True)
+    row = rand(6, seed=9).requires_grad_(True)           # shared by the members, (k,) only
+
+    def member(n, d):
+        return (safe_divide(n, d) + safe_divide(row, d) + safe_sqrt(n * row)).square().sum()
+
+    def gradients(loss_of):
+        grads = torch.autograd.grad(loss_of(), (n, d, row))
+        return [g.detach().clone() for g in grads]
+
+    batched = gradients(lambda: torch.vmap(
+        lambda n, d: (safe_divide(n, d) + safe_divide(row, d) + safe_sqrt(n * row)))(n, d)
+        .square().sum((1, 2)).sum())
+    singles = [gradients(lambda m=m: member(n[m], d[m])) for m in range(3)]
+    for m in range(3):
+        assert torch.equal(batched[0][m], singles[m][0][m])
+        assert torch.equal(batched[1][m], singles[m][1][m])
+    assert torch.allclose(batched[2], sum(s[2] for s in singles), rtol=1e-15, atol=0)
+    values = torch.vmap(lambda n, d: safe_divide(row, d))(n, d)
+    assert all(torch.equal(values[m], safe_divide(row, d[m])) for m in range(3))
+
+
 OPS = [
     ("sqrt", lambda x: safe_sqrt(x), (1e-3, 10.0)),
     ("abs_pow", lambda x: safe_abs_pow(x, 1.5), (-40.0, 40.0)),
