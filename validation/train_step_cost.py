@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import ctypes
+import dataclasses
+import functools
 import json
 import resource
 import subprocess
@@ -77,14 +78,37 @@ class MallocInUse:
             time.sleep(2e-4)
 
 
-def one_case(spec: str, steps: int, threads: int, checkpoint: str) -> dict:
+def routine_names(stepping) -> list[str]:
+    """pompy.core.stepping's routines wrapped so that ``names[-1]`` is the
+    one running ("other" outside them): set before a core is built."""
+    names = ["other"]
+
+    def wrap(name, fn):
+        @functools.wraps(fn)
+        def named(**kwargs):
+            names.append(name)
+            try:
+                return fn(**kwargs)
+            finally:
+                names.pop()
+        return named
+    for name, fn in list(stepping.ROUTINES.items()):
+        stepping.ROUTINES[name] = wrap(name, fn)
+    return names
+
+
+def one_case(spec: str, steps: int, threads: int, checkpoint: str, loss: str = "final",
+             by_routine: bool = False) -> dict:
     import torch
 
     from pompy.config import load_config
+    from pompy.core import stepping
     from pompy.core.implicit import ImplicitCore
+    from pompy.core.model import CARRIED
     from pompy.train.pool import build_initialized_core
 
     torch.set_num_threads(threads)
+    running = routine_names(stepping) if by_routine else ["other"]
     im, jm, kb = (int(n) for n in spec.split("x"))
     maxiter = load_config(ROOT / "configs" / "train_360x240.nml").cg_maxiter
     config = dataclasses.replace(load_config(ROOT / "configs" / "seamount.nml"), im=im, jm=jm,
@@ -97,10 +121,12 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str) -> dict:
     leaves = {n: core.state[n].clone().requires_grad_(True) for n in ("el", "t", "u")}
     core.inject(leaves)
     saved: dict[int, int] = {}
+    routine: dict[int, str] = {}
 
     def pack(t):
         storage = t.untyped_storage()
         saved[storage.data_ptr()] = storage.nbytes()
+        routine.setdefault(storage.data_ptr(), running[-1])
         return t
     core.iend = 2 + steps
     memory = MallocInUse()
@@ -115,7 +141,11 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str) -> dict:
         core.run_time_loop()
     forward, cpu1 = time.perf_counter() - start, time.process_time()
     kept, forward_peak = memory.now() - before, memory.peak - before
-    (core.u.square().sum() + core.el.square().sum() + core.t.sum()).backward()
+    total = core.u.square().sum() + core.el.square().sum() + core.t.sum()
+    if loss == "carried":        # every carried field reached: no graph node left unrun
+        total = total + sum(core.state[n].square().sum() for n in CARRIED
+                            if core.state[n].requires_grad)
+    total.backward()
     backward, cpu2 = time.perf_counter() - start - forward, time.process_time()
     peak = memory.stop()
     finite = all(bool(torch.isfinite(v.grad).all()) for v in leaves.values())
@@ -128,7 +158,16 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str) -> dict:
                 kept_mb=kept, kept_bytes_per_cell_step=kept * 1e6 / cells / steps,
                 peak_mb=peak - before, forward_peak_mb=forward_peak,
                 peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
-                finite=finite)
+                finite=finite, loss=loss, saved_mb_by_routine=_by_routine(saved, routine, steps)
+                if by_routine else None)
+
+
+def _by_routine(saved: dict[int, int], routine: dict[int, str], steps: int) -> dict[str, float]:
+    """MB saved per step by each routine, largest first."""
+    totals: dict[str, float] = {}
+    for ptr, nbytes in saved.items():
+        totals[routine[ptr]] = totals.get(routine[ptr], 0.0) + nbytes / steps / 1e6
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 def main(argv=None) -> None:
@@ -138,15 +177,21 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--checkpoint", default="none",
                    help="the trainer's --physics_checkpoint kinds, comma-separated")
+    p.add_argument("--loss", choices=("final", "carried"), default="final",
+                   help="final: of the final u, el and t; carried: of every carried field too")
+    p.add_argument("--by_routine", action="store_true",
+                   help="without checkpoints: the bytes saved per step by each routine")
     p.add_argument("--one", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one:
-        print(json.dumps(one_case(a.one, a.steps, a.threads, a.checkpoint)))
+        print(json.dumps(one_case(a.one, a.steps, a.threads, a.checkpoint, a.loss,
+                                  a.by_routine)))
         return
     for spec in a.grids.split(","):
         for kind in a.checkpoint.split(","):
             out = subprocess.run([sys.executable, __file__, "--one", spec, "--steps",
-                                  str(a.steps), "--threads", str(a.threads), "--checkpoint", kind],
+                                  str(a.steps), "--threads", str(a.threads), "--checkpoint", kind,
+                                  "--loss", a.loss, *(["--by_routine"] if a.by_routine else [])],
                                  capture_output=True, text=True, check=True)
             print(out.stdout.strip().splitlines()[-1], flush=True)
 
