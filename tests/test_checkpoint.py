@@ -263,3 +263,39 @@ def test_steps_keeping_their_graph_equal_the_plain_gradient_inside_any_graph(kin
     for segment in (1, 2):
         got = enclosed_gradient(config, 5, kind, checkpoint="steps", segment=segment)
         assert torch.equal(got, plain), (segment, float(got - plain))
+
+
+@pytest.mark.parametrize("kind", [ExplicitCore, ImplicitCore])
+def test_released_graphs_drop_what_the_loss_does_not_reach_and_keep_its_gradients(kind):
+    """pool.release_graphs (the trainer's, once a batch's predictions are
+    taken): the saved tensors of graph nodes only a further step would have
+    read go at once, not at the end of the backward pass; the loss's
+    gradients are those of the cores left holding their graph, to the bit."""
+    import weakref
+
+    from pompy.train.pool import release_graphs
+
+    def run(release: bool):
+        core = developed(seamount(), kind)
+        leaves = {n: core.state[n].clone().requires_grad_(True) for n in ("u", "t")}
+        core.inject(leaves)
+        saved = []
+
+        def pack(t):
+            saved.append(weakref.ref(t))
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            core.iend = core.iint + 2
+            core.run_time_loop()
+        loss = core.u.square().sum() + core.t.sum()
+        before = sum(r() is not None for r in saved)
+        if release:
+            release_graphs([core])
+        after = sum(r() is not None for r in saved)
+        return before, after, torch.autograd.grad(loss, list(leaves.values()))
+
+    before, after, want = run(False)
+    assert after == before
+    before, after, got = run(True)
+    assert after < before
+    assert all(torch.equal(g, w) for g, w in zip(got, want))

@@ -23,7 +23,8 @@ follows it only loosely, is printed as peak_rss_mb): ``kept`` is what the
 forward pass leaves for the backward (in use after it less before it;
 per cell and step too), ``peak`` the highest in use during forward and
 backward less before them: the memory of one sample's physics
-(``forward_peak_mb``: the forward pass's alone).
+(``forward_peak_mb``: the forward pass's alone). Between the two, as the
+trainer, the core's state lets go of its graph (pool.release_graphs).
 """
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str, loss: str = "
     from pompy.core import stepping
     from pompy.core.implicit import ImplicitCore
     from pompy.core.model import CARRIED
-    from pompy.train.pool import build_initialized_core
+    from pompy.train.pool import build_initialized_core, release_graphs
 
     torch.set_num_threads(threads)
     running = routine_names(stepping) if by_routine else ["other"]
@@ -145,6 +146,7 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str, loss: str = "
     if loss == "carried":        # every carried field reached: no graph node left unrun
         total = total + sum(core.state[n].square().sum() for n in CARRIED
                             if core.state[n].requires_grad)
+    release_graphs([core])       # as the trainer, once its loss has what it reads
     total.backward()
     backward, cpu2 = time.perf_counter() - start - forward, time.process_time()
     peak = memory.stop()

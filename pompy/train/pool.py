@@ -74,6 +74,18 @@ class CorePool:
         return self.cores[:batch_size]
 
 
+def release_graphs(cores: list) -> None:
+    """The cores' states without their graph once a batch's predictions are
+    taken: the loss reads those alone, and the nodes of fields only a further
+    step would read (the last step's turbulence, ...) would otherwise keep
+    their saved tensors (with --physics_checkpoint steps, their recomputed
+    ones) to the end of the backward pass. The gradients are the same: the
+    backward never runs those nodes."""
+    for core in cores:
+        core.state = {name: value.detach() for name, value in core.state.items()}
+        core.last_good = None
+
+
 def inject_core_state(core, ics: Mapping, sample_index: int) -> None:
     """Sample ``sample_index`` of a batch's initial states into the core
     (Core.inject: autograd kept), with its step counter, time and the

@@ -115,7 +115,8 @@ from pompy.train.losses import (CSV_COLUMNS, EPOCH_COLUMNS, LOSS_FIELDS, compone
                                 sample_losses, weighted_total)
 from pompy.train.networks import CorrectorNet, PhysicsParameters, convert_sync_batchnorm
 from pompy.train.options import load_model_config
-from pompy.train.pool import CorePool, build_initialized_core, inject_core_state, run_as_ensemble
+from pompy.train.pool import (CorePool, build_initialized_core, inject_core_state, release_graphs,
+                              run_as_ensemble)
 
 
 def _distribution(environ: Mapping[str, str]) -> tuple[int, int, int]:
@@ -427,6 +428,7 @@ class NPOMTrainerDDP:
     def _batch_loss(self, ics: Mapping, refs: Mapping) -> tuple[torch.Tensor, dict]:
         poms = self._borrow_poms(len(ics["iint"]))
         preds = self.run_physics_multistep(poms, ics, n_steps=refs["u"].shape[1])
+        release_graphs(poms)
         losses = self._compute_component_losses(preds, refs)
         return self.combine_loss_components(losses), losses
 
