@@ -153,7 +153,7 @@ WRT = ("el", "t", "u")
 OUT = ("el", "u", "v", "t", "s", "q2")
 
 
-def step_objective(checkpoint=None):
+def step_objective(checkpoint=None, graph=False):
     """(f, x0, v): f(el, t, u), a fixed weighted sum of one internal step's
     (4 external passes') new el, u, v, t, s, q2, each over its magnitude,
     from step 3 of an 8x7x5 seamount; v a direction, each field's in units
@@ -162,6 +162,7 @@ def step_objective(checkpoint=None):
     config = dataclasses.replace(load_config(CONFIGS / "seamount.nml"), im=8, jm=7, kb=5, kl1=2,
                                  kl2=3, isplit=4, ispadv=2)
     core = cores.get("explicit").make(config, device="cpu", dtype=DT, checkpoint=checkpoint)
+    core.checkpoint_graph = graph
     core.run_initialization()
     core.iend = 3
     core.run_time_loop()
@@ -225,11 +226,13 @@ def test_hessian_vector_product_through_a_whole_step_equals_central_differences(
         assert torch.equal(got, want), name
 
 
-def test_checkpointed_steps_refuse_second_derivatives():
-    """checkpoint="steps" reruns its steps from detached inputs: a double
-    backward through it raises (it once dropped the steps' curvature
-    silently when the loss had another term)."""
-    f, x0, v = step_objective(checkpoint="steps")
+@pytest.mark.parametrize("graph", [False, True], ids=["one node", "graph kept"])
+def test_checkpointed_steps_refuse_second_derivatives(graph):
+    """checkpoint="steps" reruns its steps from detached inputs (with its
+    graph kept, its saved tensors come back detached): a double backward
+    through it raises (it once dropped the steps' curvature silently when
+    the loss had another term)."""
+    f, x0, v = step_objective(checkpoint="steps", graph=graph)
     x = tuple(xi.detach().clone().requires_grad_(True) for xi in x0)
     with pytest.raises(RuntimeError, match="pompy: second derivatives are not supported through "
                                            "checkpoint='steps'"):

@@ -98,14 +98,13 @@ def routine_names(stepping) -> list[str]:
     return names
 
 
-def one_case(spec: str, steps: int, threads: int, checkpoint: str, loss: str = "final",
+def one_case(spec: str, steps: int, threads: int, checkpoint: str,
              by_routine: bool = False) -> dict:
     import torch
 
     from pompy.config import load_config
     from pompy.core import stepping
     from pompy.core.implicit import ImplicitCore
-    from pompy.core.model import CARRIED
     from pompy.train.pool import build_initialized_core, release_graphs
 
     torch.set_num_threads(threads)
@@ -143,9 +142,6 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str, loss: str = "
     forward, cpu1 = time.perf_counter() - start, time.process_time()
     kept, forward_peak = memory.now() - before, memory.peak - before
     total = core.u.square().sum() + core.el.square().sum() + core.t.sum()
-    if loss == "carried":        # every carried field reached: no graph node left unrun
-        total = total + sum(core.state[n].square().sum() for n in CARRIED
-                            if core.state[n].requires_grad)
     release_graphs([core])       # as the trainer, once its loss has what it reads
     total.backward()
     backward, cpu2 = time.perf_counter() - start - forward, time.process_time()
@@ -160,7 +156,7 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str, loss: str = "
                 kept_mb=kept, kept_bytes_per_cell_step=kept * 1e6 / cells / steps,
                 peak_mb=peak - before, forward_peak_mb=forward_peak,
                 peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
-                finite=finite, loss=loss, saved_mb_by_routine=_by_routine(saved, routine, steps)
+                finite=finite, saved_mb_by_routine=_by_routine(saved, routine, steps)
                 if by_routine else None)
 
 
@@ -179,21 +175,18 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--checkpoint", default="none",
                    help="the trainer's --physics_checkpoint kinds, comma-separated")
-    p.add_argument("--loss", choices=("final", "carried"), default="final",
-                   help="final: of the final u, el and t; carried: of every carried field too")
     p.add_argument("--by_routine", action="store_true",
                    help="without checkpoints: the bytes saved per step by each routine")
     p.add_argument("--one", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one:
-        print(json.dumps(one_case(a.one, a.steps, a.threads, a.checkpoint, a.loss,
-                                  a.by_routine)))
+        print(json.dumps(one_case(a.one, a.steps, a.threads, a.checkpoint, a.by_routine)))
         return
     for spec in a.grids.split(","):
         for kind in a.checkpoint.split(","):
             out = subprocess.run([sys.executable, __file__, "--one", spec, "--steps",
                                   str(a.steps), "--threads", str(a.threads), "--checkpoint", kind,
-                                  "--loss", a.loss, *(["--by_routine"] if a.by_routine else [])],
+                                  *(["--by_routine"] if a.by_routine else [])],
                                  capture_output=True, text=True, check=True)
             print(out.stdout.strip().splitlines()[-1], flush=True)
 

@@ -41,6 +41,7 @@ segments of steps as recomputed checkpoints: pompy.core.recompute.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -207,10 +208,11 @@ class Core:
         # checkpoint="steps": steps per outer checkpoint of a window (None:
         # about sqrt of the window's steps; 1: every step on its own)
         self.checkpoint_segment: int | None = None
-        # checkpoint="steps": True keeps each step's graph (torch's
-        # non-reentrant checkpoint: gradients equal the unchecked ones to the
-        # bit in any enclosing graph, the trainer's); False, one node per step
-        # (the leanest, for long windows: recompute.recomputed)
+        # checkpoint="steps": True keeps each step's graph, its saved tensors
+        # recomputed routine by routine (recompute.by_routine; in a segment,
+        # torch's non-reentrant checkpoint): gradients equal the unchecked ones
+        # to the bit in any enclosing graph, the trainer's; False, one node per
+        # step (the leanest forward, for long windows: recompute.recomputed)
         self.checkpoint_graph = False
         # steps between the stop checks' host reads (1: pom2k's, every step)
         self.check_every = check_every
@@ -446,25 +448,33 @@ class Core:
             object.__setattr__(self, "_work", work)
         return work
 
-    def _lean_step(self, state: Mapping, iint: int, fixed: tuple) -> tuple:
+    def _lean_step(self, state: Mapping, iint: int, fixed: tuple, inner: bool = False) -> tuple:
         """:meth:`_advance` as a recomputed checkpoint of the carried fields
         (CARRIED; the work arrays start from zero): the node keeps those and
         nothing else. Returns what _advance does; fields the step leaves as
-        they were are ``state``'s."""
+        they were are ``state``'s. With ``checkpoint_graph``, a step that is
+        not ``inner`` to a recomputed segment keeps its graph and is
+        recomputed routine by routine (recompute.by_routine)."""
         info = []
-        p, *others = fixed
+        p, routines, time0, policies = fixed
         params = recompute.tensor_params(p)
 
-        def run(given):
+        def run(given, routines=routines):
             given = dict(given)
             q = {**p, **{k: given.pop(recompute.PARAM + k) for k in params}}
-            s, *rest = self._advance({**self._zero_work(), **given}, iint, q, *others)
+            s, *rest = self._advance({**self._zero_work(), **given}, iint, q, routines, time0,
+                                     policies)
             info[:] = rest
             return s
         inputs = {**state, **{recompute.PARAM + k: v for k, v in params.items()}}
         names = CARRIED + tuple(recompute.PARAM + k for k in params)
-        return ({**state, **recompute.recomputed(run, inputs, names, self._unrecorded(),
-                                                 self.checkpoint_graph)}, *info)
+        if self.checkpoint_graph and not inner:
+            new = recompute.by_routine(run, inputs, names, routines,
+                                       functools.partial(policies_in_force, policies))
+        else:
+            new = recompute.recomputed(run, inputs, names, self._unrecorded(),
+                                       self.checkpoint_graph)
+        return ({**state, **new}, *info)
 
     def step(self, iint: int) -> None:
         """Internal step iint, as one pass of pom2k's main loop; raises the
@@ -508,7 +518,7 @@ class Core:
             given = {k: state.pop(recompute.PARAM + k) for k in params}
             for iint in range(first, last + 1):
                 p, *others = fixed[iint]
-                s, *rest = self._lean_step(state, iint, ({**p, **given}, *others))
+                s, *rest = self._lean_step(state, iint, ({**p, **given}, *others), inner=True)
                 if not rest[1]:                        # going
                     raise recompute.Stopped(iint)
                 state, info[:] = s, rest

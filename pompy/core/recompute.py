@@ -13,14 +13,22 @@ backward recomputes one segment at a time keeping the inputs of its k
 steps, then one step's graph at a time (each step but the last segment's
 runs twice more: about one forward pass more than one level).
 
+With Core.checkpoint_graph (the trainer's) a step keeps its graph instead,
+only its saved tensors dropped: a step on its own is brought back routine
+by routine (:func:`by_routine`: its backward holds one routine's saved
+tensors at a time, at the cost of a second recomputation), a step inside a
+segment by torch's non-reentrant checkpoint (:func:`recomputed`).
+
 compile="routines" runs each routine of COMPILED through torch.compile
 (:func:`compiled_routine`); checkpoint="routines" recomputes the heavy
 ones in the backward pass (:func:`checkpointed`).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 
 import torch
@@ -153,6 +161,161 @@ def recomputed(run: Callable[[dict], dict], state: Mapping, names: tuple[str, ..
         outputs = torch_checkpoint(fields, *inputs, use_reentrant=False, preserve_rng_state=False)
     else:
         outputs = _Recomputed.apply(fields, unrecorded, *inputs)
+    return dict(zip(new, outputs))
+
+
+def _standing(value):
+    """A routine's argument as a recomputation takes it: a tensor detached
+    (a leaf requiring grad where it did), anything else as it is."""
+    if not torch.is_tensor(value):
+        return value
+    return value.detach().requires_grad_(True) if value.requires_grad else value.detach()
+
+
+def _never(_):
+    raise RuntimeError("pompy: a recomputation's own graph was differentiated")
+
+
+class _Key:
+    """What a node keeps for a tensor it saved in a step's first pass."""
+    __slots__ = ("segment", "count", "__weakref__")
+
+    def __init__(self, segment: int, count: int):
+        self.segment, self.count = segment, count
+
+
+class _ByRoutine:
+    """A step whose graph is kept whole but whose saved tensors are dropped
+    (as torch's non-reentrant checkpoint), brought back in the backward
+    pass one routine at a time: the first tensor asked for reruns the step
+    once to take each routine call's arguments (and the few tensors saved
+    between routine calls), then each routine call reruns alone, from its
+    arguments, when a tensor it saved is asked for. The backward so holds
+    the step's fields between routines and one routine's saved tensors at
+    a time, not the whole step's. A saved tensor is known by its segment
+    (even: between routine calls, odd: in one) and its place in it, the
+    same in every pass of a deterministic step."""
+
+    def __init__(self, run: Callable, around: Callable):
+        self.run, self.around = run, around          # run(*inputs): the step
+        self.inputs: list | None = None
+        self.mode, self.segment, self.count, self.depth = "first", 0, 0, 0
+        self.calls: dict[int, tuple[Callable, dict]] = {}
+        self.stored: dict[tuple[int, int], torch.Tensor] = {}
+        # the first pass's saved tensors, by key: those of nodes since freed
+        # (run, or never to run) are not stored again
+        self.keys: dict[tuple[int, int], weakref.ref] = {}
+        self.traversed = False
+
+    @contextlib.contextmanager
+    def _active(self, mode: str, segment: int = 0, depth: int = 0):
+        self.mode, self.segment, self.count, self.depth = mode, segment, 0, depth
+        _ACTIVE.append(self)
+        try:
+            yield
+        finally:
+            _ACTIVE.pop()
+
+    def traverse(self, mode: str, inputs) -> tuple:
+        """A pass of the step in ``mode`` ("first", "boundary")."""
+        with self._active(mode):
+            return self.run(*inputs)
+
+    def call(self, fn: Callable, kwargs: dict):
+        """A routine call of a pass: a segment of its own (its arguments
+        kept in the boundary pass); a routine it calls is part of it."""
+        if self.depth:
+            return fn(**kwargs)
+        self._next_segment()
+        if self.mode == "boundary":
+            self.calls[self.segment] = fn, {k: _standing(v) for k, v in kwargs.items()}
+        self.depth += 1
+        try:
+            return fn(**kwargs)
+        finally:
+            self.depth -= 1
+            self._next_segment()
+
+    def _next_segment(self) -> None:
+        self.segment, self.count = self.segment + 1, 0
+
+    def pack(self, tensor: torch.Tensor):
+        key = (self.segment, self.count)
+        self.count += 1
+        if self.mode == "first":
+            holder = _Key(*key)
+            self.keys[key] = weakref.ref(holder)
+            return holder
+        wanted = self.keys.get(key)
+        if (self.mode == "routine" or key[0] % 2 == 0) and wanted is not None and wanted():
+            self.stored[key] = tensor.detach()
+        return None
+
+    def unpack(self, holder: _Key) -> torch.Tensor:
+        if torch.is_grad_enabled():        # create_graph: the tensors come back detached
+            raise RuntimeError("pompy: second derivatives are not supported through "
+                               "checkpoint='steps' (its saved tensors come back detached); use "
+                               "no checkpoints or checkpoint='routines'")
+        key = (holder.segment, holder.count)
+        if key not in self.stored:
+            self._recompute(key[0])
+        try:
+            return self.stored.pop(key)
+        except KeyError:
+            raise RuntimeError(f"pompy: a recomputed step saved other tensors than its first pass "
+                               f"(segment {key[0]}, tensor {key[1]}): is the step deterministic?"
+                               ) from None
+
+    def _recompute(self, segment: int) -> None:
+        if not self.traversed:
+            self.traversed = True
+            inputs, self.inputs = self.inputs, None
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(self.pack, _never):
+                self.traverse("boundary", [_standing(x) for x in inputs])
+        if segment % 2 == 1 and segment in self.calls:
+            fn, kwargs = self.calls.pop(segment)
+            with torch.enable_grad(), self.around(), self._active("routine", segment, 1), \
+                    torch.autograd.graph.saved_tensors_hooks(self.pack, _never):
+                fn(**kwargs)
+
+
+# the _ByRoutine frames whose passes are running, innermost last
+_ACTIVE: list[_ByRoutine] = []
+
+
+@functools.lru_cache(maxsize=None)
+def counted(fn: Callable) -> Callable:
+    """``fn`` as a routine of a step recomputed by routine (:func:`by_routine`):
+    a call of the running frame's pass, else fn itself. One wrapper per
+    routine (the call binder caches its plans by function)."""
+    @functools.wraps(fn)
+    def routine(**kwargs):
+        return _ACTIVE[-1].call(fn, kwargs) if _ACTIVE else fn(**kwargs)
+    return routine
+
+
+def by_routine(run: Callable[[dict, dict], dict], state: Mapping, names: tuple[str, ...],
+               routines: Mapping[str, Callable], around: Callable) -> dict:
+    """``run(state, routines)`` (a state dict to the next, calling its
+    routines from ``routines``) with its graph kept and its saved tensors
+    recomputed in the backward pass routine by routine (:class:`_ByRoutine`;
+    ``around()``: the context a routine runs in, its gradient policies):
+    what run gives back new (not one of its inputs) of the fields
+    ``names``. The gradients are the unchecked graph's, to the bit."""
+    new: list[str] = []
+    wrapped = {name: counted(fn) for name, fn in routines.items()}
+
+    def fields(*tensors):
+        given = dict(zip(names, tensors))
+        out = run(given, wrapped)
+        if not new:
+            new.extend(n for n, t in out.items() if t is not given.get(n))
+        return tuple(out[n] for n in new)
+    frame = _ByRoutine(fields, around)
+    frame.inputs = [state[n] for n in names]
+    with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack):
+        outputs = frame.traverse("first", frame.inputs)
+    frame.mode = "done"
     return dict(zip(new, outputs))
 
 
