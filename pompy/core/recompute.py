@@ -105,16 +105,22 @@ class _Recomputed(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        if torch.is_grad_enabled():     # create_graph: the rerun starts from detached leaves
-            raise RuntimeError("pompy: second derivatives are not supported through "
-                               "checkpoint='steps' (its steps rerun from detached inputs); use "
-                               "no checkpoints or checkpoint='routines'")
+        _refuse_second_order("its steps rerun from detached inputs")
         inputs, outputs = _Recomputed.rerun(ctx, ctx.saved_tensors)
         used = [(o, g) for o, g in zip(outputs, grads) if g is not None and o.requires_grad]
         wanted = [x for x in inputs if x.requires_grad]
         got = iter(torch.autograd.grad([o for o, _ in used], wanted, [g for _, g in used],
                                        allow_unused=True) if used and wanted else [])
         return (None, None, *(next(got, None) if x.requires_grad else None for x in inputs))
+
+
+def _refuse_second_order(why: str) -> None:
+    """A backward with create_graph (grad mode on in the backward pass)
+    through checkpoint='steps', whose recomputations carry no graph back."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"pompy: second derivatives are not supported through "
+                           f"checkpoint='steps' ({why}); use no checkpoints or "
+                           f"checkpoint='routines'")
 
 
 PARAM = "param:"          # a parameter among a recomputed step's inputs
@@ -198,14 +204,13 @@ class _ByRoutine:
 
     def __init__(self, run: Callable, around: Callable):
         self.run, self.around = run, around          # run(*inputs): the step
-        self.inputs: list | None = None
+        self.inputs: list | None = None              # until the boundary pass
         self.mode, self.segment, self.count, self.depth = "first", 0, 0, 0
         self.calls: dict[int, tuple[Callable, dict]] = {}
         self.stored: dict[tuple[int, int], torch.Tensor] = {}
-        # the first pass's saved tensors, by key: those of nodes since freed
-        # (run, or never to run) are not stored again
-        self.keys: dict[tuple[int, int], weakref.ref] = {}
-        self.traversed = False
+        # the first pass's holders still held by a node: the saved tensors of
+        # nodes since freed (run, or never to run) are not stored again
+        self.keys: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     @contextlib.contextmanager
     def _active(self, mode: str, segment: int = 0, depth: int = 0):
@@ -243,19 +248,14 @@ class _ByRoutine:
         key = (self.segment, self.count)
         self.count += 1
         if self.mode == "first":
-            holder = _Key(*key)
-            self.keys[key] = weakref.ref(holder)
+            holder = self.keys[key] = _Key(*key)
             return holder
-        wanted = self.keys.get(key)
-        if (self.mode == "routine" or key[0] % 2 == 0) and wanted is not None and wanted():
+        if (self.mode == "routine" or key[0] % 2 == 0) and key in self.keys:
             self.stored[key] = tensor.detach()
         return None
 
     def unpack(self, holder: _Key) -> torch.Tensor:
-        if torch.is_grad_enabled():        # create_graph: the tensors come back detached
-            raise RuntimeError("pompy: second derivatives are not supported through "
-                               "checkpoint='steps' (its saved tensors come back detached); use "
-                               "no checkpoints or checkpoint='routines'")
+        _refuse_second_order("its saved tensors come back detached")
         key = (holder.segment, holder.count)
         if key not in self.stored:
             self._recompute(key[0])
@@ -267,8 +267,7 @@ class _ByRoutine:
                                ) from None
 
     def _recompute(self, segment: int) -> None:
-        if not self.traversed:
-            self.traversed = True
+        if self.inputs is not None:
             inputs, self.inputs = self.inputs, None
             with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(self.pack, _never):
                 self.traverse("boundary", [_standing(x) for x in inputs])

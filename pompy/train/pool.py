@@ -107,8 +107,8 @@ def run_as_ensemble(poms: list, steps: int) -> bool:
     """``steps`` physics steps of ``poms`` as one ensemble
     (pompy.core.ensemble: every routine batched), each core then taking
     its member's state, equal to its own run to the last bit (values and
-    gradients). Where that holds (pompy.core.ensemble.mismatch: for one,
-    not the implicit core, whose single runs may take the PCG) it returns
+    gradients). Where that holds (pompy.core.ensemble.mismatch: not for
+    checkpointed or compiled cores, nor learned parameters) it returns
     True; else, or when a member stops (the cores untouched), False: the
     cores step one by one, so a stop is a core's."""
     from pompy.core.ensemble import Ensemble, mismatch
