@@ -204,7 +204,8 @@ class _ByRoutine:
 
     def __init__(self, run: Callable, around: Callable):
         self.run, self.around = run, around          # run(*inputs): the step
-        self.inputs: list | None = None              # until the boundary pass
+        # the step's inputs (set by by_routine) until the boundary pass takes them
+        self.inputs: list | None = None
         self.mode, self.segment, self.count, self.depth = "first", 0, 0, 0
         self.calls: dict[int, tuple[Callable, dict]] = {}
         self.stored: dict[tuple[int, int], torch.Tensor] = {}
