@@ -40,7 +40,9 @@ from pompy.autodiff.policies import GradientPolicyConfig
 from pompy.errors import ConfigError
 
 POLICY_GROUP = "gradient_policy"
-TRAIN_GROUP = "train"               # the trainer's options (pompy.train reads them)
+TRAIN_GROUP = "train"               # the trainer's settings (pompy.settings reads them)
+GENERATE_GROUP = "generate"         # pompy generate's settings (pompy.settings reads them)
+SETTINGS_GROUPS = (TRAIN_GROUP, GENERATE_GROUP)
 
 
 def _param(default: Any, doc: str) -> Any:
@@ -434,7 +436,7 @@ def read_namelist(path: str | Path) -> dict[str, Any]:
             values["policies"] = {name: value for body in _bodies(bodies)
                                   for name, value in body.items()}
             continue
-        if group in (TRAIN_GROUP, "generate"):     # pompy.train, pompy.generate read them
+        if group in SETTINGS_GROUPS:             # pompy.settings reads them
             continue
         for body in _bodies(bodies):
             for name, value in body.items():
@@ -444,6 +446,14 @@ def read_namelist(path: str | Path) -> dict[str, Any]:
     if not values.keys() & {f.name for f in pom2k_fields()}:
         raise _not_a_config(path, _why_no_parameter(text, nml))
     return values
+
+
+def read_group(path: str | Path, group: str) -> dict[str, Any]:
+    """One group of a config file, names lower-case ({} where it has none);
+    a file that cannot be read or parsed is a ConfigError naming it."""
+    nml = _parse_namelist(path, _read_text(path))
+    return {str(name).lower(): value for body in _bodies(nml.get(group, {}))
+            for name, value in dict(body).items()}
 
 
 def _read_text(path: str | Path) -> str:
@@ -485,7 +495,7 @@ def _reads(text: str) -> f90nml.Namelist:
 def _why_no_parameter(text: str, nml: f90nml.Namelist) -> str:
     """Why the namelist of a file's text sets no pom2k parameter: the file is empty, has
     no group, has empty groups, or only names that are not parameters (the first named)."""
-    groups = [group for group in nml if group not in (POLICY_GROUP, TRAIN_GROUP)]
+    groups = [group for group in nml if group not in (POLICY_GROUP, *SETTINGS_GROUPS)]
     names = [(group, name) for group in groups for body in _bodies(nml[group]) for name in body]
     if names:
         group, name = names[0]
