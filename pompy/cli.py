@@ -15,10 +15,11 @@ import traceback
 from pathlib import Path
 
 from pompy import __version__
-from pompy import cores
+from pompy import cores, settings
 from pompy.config import DERIVED, POLICY_GROUP, Config, load_config, namelist_literal, pom2k_fields
 from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
 from pompy.oracle.build import BuildEnvironmentError, OracleBuildError
+from pompy.settings import VerifySettings
 from pompy.utils import allocator
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_arguments(evaluate_cmd)
     evaluate_cmd.set_defaults(handler=evaluate_command)
 
-    from pompy.train.options import DESCRIPTION as TRAIN_DESCRIPTION, add_arguments as add_train_arguments
+    from pompy.train.cli import DESCRIPTION as TRAIN_DESCRIPTION, add_arguments as add_train_arguments
 
     train_cmd = commands.add_parser("train", help="train neural correctors through a verified torch "
                                     "core (torchrun --nproc_per_node=N -m pompy train ...)",
@@ -152,23 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd = commands.add_parser(
         "verify", help="check a torch core against the Fortran oracle (parity, gradcheck, "
                        "gradient policies) and write the certificate the trainer requires")
-    verify_cmd.add_argument("config", type=Path, nargs="?", metavar="CONFIG.nml",
-                            help="the grid and parameters to verify on")
+    settings.add_arguments(verify_cmd, VerifySettings, print_config=False)
     verify_cmd.add_argument("--config", type=Path, dest="config_option", metavar="CONFIG.nml",
                             help=argparse.SUPPRESS)       # the older spelling, kept
-    verify_cmd.add_argument("--set", action="append", metavar="NAME=VALUE",
-                            help="override one parameter, value as in a namelist (repeatable)")
-    verify_cmd.add_argument("--core", choices=cores.NAMES, default=cores.DEFAULT,
-                            help="the torch core to verify (default explicit)")
-    verify_cmd.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:N")
-    verify_cmd.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                            help="precision of the core (gradients are checked in float64)")
-    verify_cmd.add_argument("--samples", type=positive_int, default=2,
-                            help="random states per routine (default 2)")
-    verify_cmd.add_argument("--steps", type=positive_int, default=12,
-                            help="internal steps of the whole run against the oracle (default 12)")
-    verify_cmd.add_argument("--seed", type=seed_int, default=0,
-                            help="first random state's seed, 0 .. 2**32-1 (default 0)")
     verify_cmd.set_defaults(handler=verify_command)
 
     from pompy.report import DESCRIPTION as REPORT_DESCRIPTION, add_arguments as add_report_arguments
@@ -348,9 +335,7 @@ def verify_command(args: argparse.Namespace) -> int:
         raise InputError(f"pompy verify: two configs, {args.config} and --config "
                          f"{args.config_option}; give one")
     args.config = args.config or args.config_option
-    if args.config is None:
-        raise InputError("pompy verify: give the config to verify on: pompy verify CONFIG.nml")
-    return verify(args)
+    return verify(settings.from_parsed(VerifySettings, args))
 
 
 def report_command(args: argparse.Namespace) -> int:

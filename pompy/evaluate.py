@@ -44,8 +44,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pompy import settings as settings_layer
 from pompy import variables
+from pompy.config import load_config
+from pompy.dataset import SnapshotDataset
+from pompy.distributed import Distributed
 from pompy.errors import InputError, ModelStop
+from pompy.settings import EvaluateSettings, TrainSettings
+from pompy.train.checks import latest_checkpoint
+from pompy.train.correctors import Correctors
+from pompy.train.data import MASKS, Normalizer, collate_samples, open_dataset, split_members
+from pompy.train.losses import LOSS_FIELDS
+from pompy.train.physics import PhysicsRunner, run_hybrid
 
 DESCRIPTION = __doc__.split("\n\n", 2)[1] + "\n\n" + __doc__.split("\n\n", 2)[2].split(
     "\nWrites in RUN")[0]
@@ -53,96 +63,66 @@ FILES = ("evaluation.csv", "evaluation.png", "evaluation.json")
 
 
 # ------------------------------------------------------------------ the run's model
-def load_run(run: Path, checkpoint: Path | None, config: Path | None) -> tuple[dict, dict]:
-    """(the checkpoint's body, its options) of a training run; InputError
-    where RUN holds none or the config it names cannot be found."""
-    from pompy.train.checks import latest_checkpoint
-
+def load_run(run: Path, checkpoint: Path | None, config: Path | None
+             ) -> tuple[dict, TrainSettings]:
+    """(the checkpoint's body, the run's settings) of a training run, the
+    device the CPU where the run's GPU is not here; InputError where RUN
+    holds none or the config it names cannot be found."""
     if not run.is_dir():
         raise InputError(f"{run}: not a folder (a training run's --output)")
     path = checkpoint if checkpoint is not None else latest_checkpoint(run)
     try:
         body = torch.load(path, map_location="cpu", weights_only=True)
-        options = dict(body["options"])
+        record = dict(body["options"])
     except FileNotFoundError as err:
         raise InputError(f"--checkpoint {path}: no such file") from err
     except Exception as err:
         raise InputError(f"{path}: not a pompy.train checkpoint ({err})") from err
-    options["checkpoint"] = str(path)
-    if config is not None:
-        options["config"] = str(config)
-    if not Path(options["config"]).is_file():
-        raise InputError(f"the run's config {options['config']} is not found from here; give "
+    record["config"] = str(config) if config is not None else record["config"]
+    if not Path(record["config"]).is_file():
+        raise InputError(f"the run's config {record['config']} is not found from here; give "
                          "--config CONFIG.nml")
-    return body, options
+    if str(record.get("device", "cpu")).startswith("cuda") and not torch.cuda.is_available():
+        record["device"] = "cpu"
+    body["path"] = str(path)
+    return body, TrainSettings.from_record(record)
 
 
-def _trainer_args(options: Mapping) -> argparse.Namespace:
-    """The run's options, resolved as the trainer resolved them."""
-    from pompy.train.checks import parse_learn, parse_loss_weights
+class TrainedModel:
+    """A run's hybrid model from one of its checkpoints: its normaliser,
+    networks (eval mode) and learned parameters around its physics (new
+    cores for each rollout); no certificate, process group or data loader."""
 
-    args = argparse.Namespace(**{k: v for k, v in options.items()})
-    args.config = Path(options["config"])
-    args.loss_weights_table = parse_loss_weights(options.get("loss_weights", ""))
-    args.learn_names = parse_learn(options.get("learn", ""))
-    args.device = "cpu" if str(args.device).startswith("cuda") and not torch.cuda.is_available() \
-        else args.device
-    return args
+    def __init__(self, body: Mapping, settings: TrainSettings):
+        self.settings, self.checkpoint = settings, body["path"]
+        self.config = load_config(settings.config)
+        dist = Distributed(device=torch.device(settings.physics.device))
+        dtype = getattr(torch, settings.physics.dtype)
+        n = body["normalizer"]
+        self.normalizer = Normalizer(n["mean"], n["std"], n["mask"]).to(dist.device)
+        self.correctors = Correctors(settings.model, self.config, self.normalizer, dtype, dist,
+                                     settings.optimizer.seed)
+        self.correctors.load(body["networks"], Path(self.checkpoint))
+        self.correctors.set_mode(False)
+        self.runner = PhysicsRunner(settings.physics, self.config, dist.device, dtype,
+                                    settings.data.steps_per_correction, rank=0)
 
-
-def build_model(body: Mapping, options: Mapping):
-    """A trainer that runs the run's forward alone (no certificate, no
-    process group, no data loader): the checkpoint's normaliser, networks
-    (eval mode) and learned parameters, the run's core and config."""
-    from pompy import cores
-    from pompy.train.checkpoint import load_networks
-    from pompy.train.data import Normalizer
-    from pompy.train.networks import CorrectorNet, PhysicsParameters
-    from pompy.train.options import load_model_config
-    from pompy.train.trainer import NPOMTrainerDDP
-
-    class Forward(NPOMTrainerDDP):
-        """The trainer's forward with a checkpoint's model (see build_model)."""
-
-        def __init__(self, args: argparse.Namespace):
-            self.args = args
-            self.local_rank, self.global_rank, self.world_size = 0, 0, 1
-            self.is_main, self.distributed, self.training = True, False, False
-            self.device = torch.device(args.device)
-            self.dtype = getattr(torch, args.dtype)
-            self.net_dtype = torch.float32 if args.amp == "bf16" else self.dtype
-            self.config = load_model_config(args.config)
-            self.core_cls = cores.get(args.core).core
-            self.steps_per_correction = int(args.steps_per_correction)
-            self.loss_weights = args.loss_weights_table
-            self.pool, self.log_file, self.epoch_file = None, None, None
-
-    args = _trainer_args(options)
-    model = Forward(args)
-    n = body["normalizer"]
-    model.normalizer = Normalizer(n["mean"], n["std"], n["mask"]).to(model.device)
-    channels = 4 * (model.config.kb - 1) + 5
-
-    def corrector():
-        net = CorrectorNet(channels, int(args.hidden_channels), model.normalizer.mask,
-                           norm=str(getattr(args, "norm", "batch")))
-        return net.to(device=model.device, dtype=model.net_dtype)
-
-    model.encoder = corrector() if args.encoder else None
-    model.decoder = corrector() if args.decoder else None
-    model.physics = None
-    if args.learn_names:
-        initial = {name: getattr(model.config, name) for name in args.learn_names}
-        model.physics = PhysicsParameters(initial, model.dtype).to(model.device)
-    load_networks(body["networks"], model._plain_networks(), Path(options["checkpoint"]))
-    model._set_mode(False)
-    return model
+    def rollout(self, ics: Mapping, cycles: int, corrected: bool) -> dict:
+        """``cycles`` correction cycles from ``ics``, corrected or the physics
+        alone; ModelStop naming the samples whose physics stopped."""
+        poms = self.runner.borrow(len(ics["iint"]))
+        preds = run_hybrid(self.runner, self.correctors if corrected else None,
+                           self.normalizer, poms, ics, cycles)
+        failed = [i for i, f in enumerate(self.runner.failed) if f]
+        if failed:
+            raise ModelStop(f"the {'corrected' if corrected else 'uncorrected'} physics of "
+                            f"sample(s) {failed} stopped in the rollout")
+        return preds
 
 
 # ------------------------------------------------------------------ the rollouts
-def _members(dataset, test_fraction: float, chosen: Sequence[int] | None) -> list[int]:
-    from pompy.train.data import split_members
-
+def _members(dataset: SnapshotDataset, test_fraction: float, chosen: Sequence[int] | None
+             ) -> list[int]:
     if chosen:
         unknown = [m for m in chosen if m not in dataset.members]
         if unknown:
@@ -158,34 +138,26 @@ def _members(dataset, test_fraction: float, chosen: Sequence[int] | None) -> lis
     return held
 
 
-def rollouts(model, dataset, members: Sequence[int]) -> tuple[dict, dict, dict, list[float]]:
+def rollouts(model: TrainedModel, dataset: SnapshotDataset, members: Sequence[int]
+             ) -> tuple[dict, dict, dict, list[float]]:
     """(corrected, uncorrected) predictions, each {field: (M, N, ...)},
     from snapshot 0 of each member, and the members' reference targets
     {field: (M, N, ...)}; the lead times in seconds."""
-    from pompy.train.data import collate_samples
-
     per_member = len(dataset) // len(dataset.members)
     samples = [dataset[dataset.members.index(m) * per_member] for m in members]
     ics, refs = collate_samples(dataset, samples)
     cycles = refs["u"].shape[1]
-    preds = {}
     with torch.no_grad():
-        for label, corrected in (("corrected", True), ("uncorrected", False)):
-            poms = [model._borrow_poms(1)[0] for _ in members]
-            preds[label] = model.run_physics_multistep(poms, ics, cycles, corrected=corrected)
-            if any(model.failed):
-                bad = [m for m, f in zip(members, model.failed) if f]
-                raise ModelStop(f"the {label} physics of member(s) {bad} stopped in the rollout")
+        corrected = model.rollout(ics, cycles, corrected=True)
+        uncorrected = model.rollout(ics, cycles, corrected=False)
     lead = [float(t - samples[0]["time"]) * 86400.0 for t in samples[0]["target_time"]]
-    return preds["corrected"], preds["uncorrected"], refs, lead
+    return corrected, uncorrected, refs, lead
 
 
 def lead_losses(preds: Mapping, refs: Mapping, grid: Mapping, kb: int, weights: Mapping,
                 ) -> tuple[list[float], dict[str, list[float]]]:
     """By lead time: the weighted loss (the trainer's masked MSEs, summed
     with ``weights``) and each field's RMSE, over the members."""
-    from pompy.train.losses import LOSS_FIELDS, MASKS
-
     mse = {}
     for name in LOSS_FIELDS:
         p, r = preds[name].double(), refs[name].to(preds[name].device, torch.float64)
@@ -201,7 +173,6 @@ def lead_losses(preds: Mapping, refs: Mapping, grid: Mapping, kb: int, weights: 
 
 # ------------------------------------------------------------------ the files
 def write_files(run: Path, result: dict) -> None:
-    from pompy.train.losses import LOSS_FIELDS
 
     with open(run / "evaluation.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -243,28 +214,22 @@ def figure(result: dict, path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the command
-def evaluate(run: Path, data: Path, cycles: int | None = None,
-             members: Sequence[int] | None = None, checkpoint: Path | None = None,
-             config: Path | None = None, log=None) -> dict:
+def evaluate(settings: EvaluateSettings, log=None) -> dict:
     """The evaluation (see the module docstring): its files written in
-    ``run``; returns the JSON's content."""
-    from pompy.train.data import open_dataset
-    from pompy.train.losses import LOSS_FIELDS
-
+    the run's folder; returns the JSON's content."""
     log = sys.stdout if log is None else log
-    body, options = load_run(Path(run), checkpoint, config)
-    horizon = int(options["horizon"])
-    cycles = 4 * horizon if cycles is None else int(cycles)
-    if cycles < 1:
-        raise InputError(f"--cycles {cycles}: must be >= 1")
-    model = build_model(body, options)
-    dataset, grid = open_dataset(Path(data), cycles, LOSS_FIELDS, model.config,
-                                 model.steps_per_correction)
+    run = settings.run
+    body, trained = load_run(run, settings.checkpoint, settings.config)
+    horizon = trained.data.horizon
+    cycles = 4 * horizon if settings.cycles is None else settings.cycles
+    model = TrainedModel(body, trained)
+    dataset, grid = open_dataset(settings.data, cycles, LOSS_FIELDS, model.config,
+                                 trained.data.steps_per_correction)
     try:
-        chosen = _members(dataset, float(options["test_fraction"]), members)
+        chosen = _members(dataset, trained.data.test_fraction, settings.member_numbers)
         corrected, uncorrected, refs, lead = rollouts(model, dataset, chosen)
         kb = model.config.kb
-        weights = model.loss_weights
+        weights = trained.optimizer.weights
         loss_c, rmse_c = lead_losses(corrected, refs, grid, kb, weights)
         loss_u, rmse_u = lead_losses(uncorrected, refs, grid, kb, weights)
         provenance = dataset.model
@@ -272,10 +237,10 @@ def evaluate(run: Path, data: Path, cycles: int | None = None,
         dataset.close()
     ratio = [c / u if u > 0 else math.nan for c, u in zip(loss_c, loss_u)]
     result = {
-        "run": str(run), "checkpoint": options["checkpoint"], "epoch": int(body["epoch"]),
+        "run": str(run), "checkpoint": body["path"], "epoch": int(body["epoch"]),
         "certificate": (body.get("certificate") or {}).get("id"),
-        "data": str(data), "data_model": provenance["description"],
-        "physics": f"pompy {options['core']} core at dti = {model.config.dti:g} s",
+        "data": str(settings.data), "data_model": provenance["description"],
+        "physics": f"pompy {trained.physics.core} core at dti = {model.config.dti:g} s",
         "members": chosen, "cycles": cycles, "training_horizon": horizon,
         "lead_seconds": lead, "ratio_to_baseline": ratio,
         "corrected_loss": loss_c, "uncorrected_loss": loss_u,
@@ -292,35 +257,13 @@ def evaluate(run: Path, data: Path, cycles: int | None = None,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", type=Path, metavar="RUN",
-                        help="a training run's folder (its --output)")
-    parser.add_argument("--data", type=Path, required=True, metavar="DATA",
-                        help="the pompy generate dataset (folder or file) the run trained on")
-    parser.add_argument("--cycles", type=int, default=None, metavar="N",
-                        help="correction cycles of the rollout (default 4 x the run's horizon)")
-    parser.add_argument("--members", type=_member_list, default=None, metavar="M,...",
-                        help="the members to roll out (default the run's held-out ones)")
-    parser.add_argument("--checkpoint", type=Path, default=None, metavar="FILE",
-                        help="the checkpoint (default RUN's latest)")
-    parser.add_argument("--config", type=Path, default=None, metavar="CONFIG.nml",
-                        help="the run's config, where the path it trained with does not "
-                             "reach it from here")
-
-
-def _member_list(text: str) -> list[int]:
-    try:
-        members = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        members = []
-    if not members or min(members) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of member numbers M,...")
-    return members
+    settings_layer.add_arguments(parser, EvaluateSettings, print_config=False)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """The command's handler: 0 done, 3 a rollout blew up; InputError for bad input."""
     try:
-        evaluate(args.run, args.data, args.cycles, args.members, args.checkpoint, args.config)
+        evaluate(settings_layer.from_parsed(EvaluateSettings, args))
     except ModelStop as stop:
         print(f"pompy: {stop}", file=sys.stderr)
         return 3

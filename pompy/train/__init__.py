@@ -1,16 +1,23 @@
-"""The trainer (the seed's "DDP Training Pipeline"): neural correctors
+"""The DDP trainer: neural correctors
 trained end to end through a verified pompy core, on one process or many
 (``python -m pompy.train``, ``pompy train``, under torchrun or not).
 
-    options     the options' table: the command line and the &train group
-    checks      the options' checks (loss weights, --learn, the output folder)
-    data        the dataset, batches, the packed channels and their normaliser
-    losses      the seed's loss weights, the CSV log's columns, the field losses
-    pool        the cores: built, pooled, injected, stepped as an ensemble
+    data        the dataset, its split and loaders, the packed channels and
+                their normaliser
+    losses      the per-field loss weights, the CSV logs' columns, the field losses
+    pool        the cores: built, pooled, started, stepped as an ensemble
+    physics     the physics runner and the hybrid forward (run_hybrid)
     networks    CorrectorNet, the learned parameters, SyncBatchNorm on CPU
+    correctors  the networks of a run and how corrections enter the state
+    optim       Adam, the cosine schedule, clipping, skipped steps
+    log         train_log.csv and epoch_log.csv
+    checks      the run's folder (an earlier run, --resume alone)
     checkpoint  checkpoints on disk, --resume, RNG states, the certificate's id
     trainer     NPOMTrainerDDP (its docstring: what a run does)
     cli         the command and its exit status
+
+The settings are pompy.settings.TrainSettings (the &train group and the
+flags).
 
 The names below are loaded on first use, so that ``python -m pompy.train``
 chooses its allocator before torch loads (pompy.train.__main__).
@@ -21,11 +28,12 @@ import importlib
 
 _EXPORTS = {
     "InputError": "pompy.errors",
-    "OPTIONS": "pompy.train.options", "build_parser": "pompy.train.options",
-    "load_model_config": "pompy.train.options", "read_train_group": "pompy.train.options",
-    "resolve_options": "pompy.train.options",
-    "check_output": "pompy.train.checks", "parse_learn": "pompy.train.checks",
-    "parse_loss_weights": "pompy.train.checks",
+    "TrainSettings": "pompy.settings", "build_parser": "pompy.train.cli",
+    "check_output": "pompy.train.checks", "parse_learn": "pompy.settings.train",
+    "parse_loss_weights": "pompy.settings.train",
+    "TrainingData": "pompy.train.data", "Correctors": "pompy.train.correctors",
+    "PhysicsRunner": "pompy.train.physics", "run_hybrid": "pompy.train.physics",
+    "Optimisation": "pompy.train.optim", "TrainingLog": "pompy.train.log",
     "Normalizer": "pompy.train.data", "apply_correction_to_pom": "pompy.train.data",
     "collate_samples": "pompy.train.data", "pack_pom_batch": "pompy.train.data",
     "CSV_COLUMNS": "pompy.train.losses", "LOSS_FIELDS": "pompy.train.losses",

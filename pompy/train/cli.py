@@ -1,43 +1,59 @@
 """The training command, ``python -m pompy.train`` and ``pompy train``: 0
-trained, 2 bad input or no certificate ("pompy: ..."), 3 a model stop
-outside a batch, 130 interrupted (Ctrl-C: the checkpoint to resume from,
-and the command that does it)."""
+trained (or --print-config), 2 bad input or no certificate ("pompy:
+..."), 3 a model stop outside a batch, 4 a fault of the machine, 130
+interrupted (Ctrl-C: the checkpoint to resume from, and the command that
+does it)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch.distributed as dist
 
+from pompy import settings
 from pompy.errors import EnvironmentFault, InputError, ModelStop
 from pompy.oracle.build import OracleBuildError
-from pompy.train.options import resolve_options, resolve_parsed
+from pompy.settings import TrainSettings
 from pompy.train.trainer import NPOMTrainerDDP
+
+DESCRIPTION = ("Train CorrectorNets through a verified pompy core (one process, or torchrun "
+               "--nproc_per_node=N). Each setting's default is shown; a config's &train group "
+               "overrides it and a flag overrides both: --print-config shows what a given "
+               "config and flags will use.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    settings.add_arguments(parser, TrainSettings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pompy.train", description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None, *, leave: bool = False) -> int:
-    """The command: 0 trained, 2 bad input or no certificate ("pompy: ..."),
-    3 a model stop outside a batch, 130 interrupted. ``leave`` (``python -m
-    pompy.train``): end the process with that status once the trainer is
-    cleaned up, before Python tears its objects down (_leave)."""
-    return _train(lambda: resolve_options(argv), leave, "pompy.train")
+    """``python -m pompy.train``. ``leave``: end the process with the status
+    once the trainer is cleaned up, before Python tears its objects down
+    (_leave)."""
+    return run_parsed(build_parser().parse_args(argv), leave=leave, module="pompy.train")
 
 
-def run_parsed(parsed: argparse.Namespace, *, leave: bool = False) -> int:
-    """:func:`main` for a command line already parsed (``pompy train``)."""
-    return _train(lambda: resolve_parsed(parsed), leave, "pompy train")
-
-
-def _train(resolve: Callable[[], argparse.Namespace], leave: bool, module: str) -> int:
-    """The run; ``module`` is what ``-m`` names to run it again (``pompy
-    train`` or ``pompy.train``), for the message of an interrupted run."""
+def run_parsed(parsed: argparse.Namespace, *, leave: bool = False,
+               module: str = "pompy train") -> int:
+    """The command for a parsed command line; ``module`` is what ``-m``
+    names to run it again, for the message of an interrupted run."""
     trainer = None
     try:
-        trainer = NPOMTrainerDDP(resolve())
-        trainer.train()
-        code = 0
+        if parsed.print_config:
+            print(settings.describe(TrainSettings, parsed))
+            code = 0
+        else:
+            trainer = NPOMTrainerDDP(settings.from_parsed(TrainSettings, parsed))
+            trainer.train()
+            code = 0
     except InputError as err:
         print(f"pompy: {err}", file=sys.stderr)
         code = 2
@@ -71,7 +87,7 @@ def interrupted_message(trainer: NPOMTrainerDDP | None, module: str) -> str:
         return ("pompy: interrupted (SIGINT) before this run wrote a checkpoint; nothing to "
                 "resume")
     path, epoch = trainer.last_checkpoint
-    if trainer.distributed:
+    if trainer.dist.many:
         command = f"torchrun <the same launch options> -m {module}"
     else:                   # as typed: `pompy train`, or `python -m pompy.train`
         command = module if module == "pompy train" else f"python -m {module}"

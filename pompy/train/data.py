@@ -11,18 +11,26 @@ deviation over the wet points) and zero on land.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from pompy import variables
 from pompy.config import Config
 from pompy.dataset import MEMBER_PARAMS, SnapshotDataset, member_params
+from pompy.distributed import Distributed
 from pompy.errors import InputError
+
+if TYPE_CHECKING:
+    from pompy.settings.train import Data
 
 PACKED = tuple(variables.names("packed"))
 # where each field lives: its land mask
@@ -110,6 +118,54 @@ def collate_samples(dataset: SnapshotDataset, samples: list[dict]) -> tuple[dict
                                          dtype=torch.float64) for name in MEMBER_PARAMS}}
     refs = {name: torch.stack([s["target"][name] for s in samples]) for name in samples[0]["target"]}
     return ics, refs
+
+
+class TrainingData:
+    """A run's data on one process: the dataset and its land masks, the
+    split by members, the training split's sampler and loader (this rank's
+    share, shuffled per epoch, last uneven batch dropped) and the test
+    split's loader (every test sample once over the ranks)."""
+
+    def __init__(self, settings: Data, config: Config, fields: Sequence[str], dist: Distributed):
+        self.settings = settings
+        self.dataset, self.grid = open_dataset(settings.data, settings.horizon, fields, config,
+                                               settings.steps_per_correction)
+        self.train_indices, self.test_indices = split_members(self.dataset,
+                                                              settings.test_fraction)
+        self.train = Subset(self.dataset, self.train_indices)
+        if len(self.train) < settings.batch_size * dist.world_size:
+            raise InputError(f"{len(self.train)} training samples are fewer than one global "
+                             f"batch ({settings.batch_size} x {dist.world_size} processes)")
+
+    def loaders(self, dist: Distributed, seed: int) -> None:
+        """The sampler and the two loaders. drop_last in the sampler too:
+        with len % world_size != 0 it would otherwise repeat samples to even
+        the ranks out. The test split: rank r takes every world_size-th
+        sample from the r-th, unpadded (a rank may have one fewer, or
+        none), its last batch possibly short."""
+        self.sampler = DistributedSampler(self.train, num_replicas=dist.world_size,
+                                          rank=dist.rank, shuffle=True, seed=seed,
+                                          drop_last=True)
+        self.train_loader = self._loader(self.train, self.sampler, drop_last=True)
+        self.test_shard = self.test_indices[dist.rank::dist.world_size]
+        self.test_loader = self._loader(Subset(self.dataset, self.test_shard), None,
+                                        drop_last=False)
+
+    def _loader(self, subset: Subset, sampler: DistributedSampler | None, *,
+                drop_last: bool) -> DataLoader:
+        return DataLoader(subset, sampler=sampler, batch_size=self.settings.batch_size,
+                          num_workers=0, pin_memory=False, drop_last=drop_last,
+                          collate_fn=functools.partial(collate_samples, self.dataset))
+
+    def fit_normalizer(self, kb: int) -> Normalizer:
+        """The normaliser of normalizer_samples training samples, evenly spread."""
+        n = len(self.train)
+        chosen = sorted({int(i) for i in np.linspace(0, n - 1,
+                                                     min(n, self.settings.normalizer_samples))})
+        return Normalizer.fit([self.train[i]["state"] for i in chosen], self.grid, kb)
+
+    def close(self) -> None:
+        self.dataset.close()
 
 
 # ------------------------------------------------------------------ the channels

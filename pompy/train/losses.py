@@ -1,4 +1,4 @@
-"""The trainer's losses: the seed's per-field weights, the CSV log's
+"""The trainer's losses: the per-field loss weights, the CSV log's
 columns, the masked per-field MSEs and their weighted sum."""
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import torch
 from pompy import variables
 from pompy.train.data import MASKS
 
-# the seed's loss table, in CSV order
+# the per-field loss weights (the defaults; --loss_weights changes them), in CSV order
 LOSS_WEIGHTS: dict[str, float] = {"u": 12.0, "ub": 18.0, "v": 10.0, "vb": 12.0, "t": 1.0,
                                   "s": 6.0, "el": 30.0, "ua": 60.0, "uab": 60.0, "va": 60.0,
                                   "vab": 60.0}
 LOSS_FIELDS = tuple(LOSS_WEIGHTS)
 CSV_COLUMNS = ("Epoch", "Step", "Phase", "TotalLoss",
                *(f"{name.upper()}_MSE" for name in LOSS_FIELDS))
-# the per-epoch log (epoch_log.csv, beside the seed's train_log.csv): the
+# the per-epoch log (epoch_log.csv, beside the per-step train_log.csv, so
+# that file's CSV_COLUMNS stay as they are for its readers): the
 # epoch's learning rate, the mean and largest gradient norm of its steps
 # (before clipping), the steps skipped so far, its wall time (s), the mean
 # training loss, the test split's loss, the baseline (the test split's loss

@@ -108,7 +108,7 @@ NORMS = ("batch", "group")
 
 
 def _norm(kind: str, channels: int) -> nn.Module:
-    """batch: nn.BatchNorm2d (the seed's; SyncBatchNorm once converted);
+    """batch: nn.BatchNorm2d (the default; SyncBatchNorm once converted for DDP);
     group: nn.GroupNorm of groups of 4 channels, per sample, the same in
     training and evaluation whatever the batch."""
     if kind == "group":
@@ -127,7 +127,7 @@ class CorrectorNet(nn.Module):
     """A conv encoder-decoder (two 3x3 conv blocks, a stride-2 block, an
     upsampled block joined with the skip, a 3x3 head) from packed
     channels to corrections of the same channels, zero on land. ``norm``:
-    the blocks' normalisation (NORMS; the seed's batch norm by default)."""
+    the blocks' normalisation (NORMS; batch norm, SyncBatchNorm under DDP, by default)."""
 
     def __init__(self, channels: int, hidden: int, mask: torch.Tensor, norm: str = "batch"):
         super().__init__()

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 
 from pompy.autodiff.policies import GradientPolicy, GradientPolicyConfig
 from pompy.config import Config
+from pompy.core.ensemble import Ensemble, mismatch
 from pompy.dataset import member_params
 from pompy.errors import ModelStop
-from pompy.train.checks import parse_physics_checkpoint
+from pompy.settings.train import parse_physics_checkpoint
 
 
 def build_initialized_core(core_cls, config: Config, device, dtype, checkpoint: str = "none",
@@ -88,19 +89,19 @@ def release_graphs(cores: list) -> None:
 
 def inject_core_state(core, ics: Mapping, sample_index: int) -> None:
     """Sample ``sample_index`` of a batch's initial states into the core
-    (Core.inject: autograd kept), with its step counter, time and the
-    member's parameters (pompy.dataset.member_params)."""
-    core.inject({name: value[sample_index] for name, value in ics["state"].items()})
+    (Core.restore: a tensor that requires grad keeps its autograd path) at
+    the snapshot's model time, and the member's parameters
+    (pompy.dataset.member_params). The core's clock starts there at step
+    0: the snapshot's own step counts the reference's steps, which may be
+    shorter than this core's."""
+    iint, time0 = int(ics["iint"][sample_index]), float(ics["time0"][sample_index])
+    time = float(ics["time"][sample_index]) if "time" in ics else \
+        core.config.dti * iint / 86400.0 + time0
+    core.restore({**{name: value[sample_index] for name, value in ics["state"].items()},
+                  "iint": 0, "time0": time})
     # the member's forcing (e.g. a --perturb wind factor), after reset_batch restored params
     core.params = dict(core.params, **member_params({name: value[sample_index]
                                                      for name, value in ics["params"].items()}))
-    iint, time0 = int(ics["iint"][sample_index]), float(ics["time0"][sample_index])
-    core.iint, core.time0 = iint, time0
-    # the snapshot's model time (its own dti * iint / 86400 + time0: the
-    # reference's steps, which may be shorter than this core's)
-    core.time = float(ics["time"][sample_index]) if "time" in ics else \
-        core.config.dti * iint / 86400.0 + time0
-    core.last_good = None
 
 
 def run_as_ensemble(poms: list, steps: int) -> bool:
@@ -111,18 +112,13 @@ def run_as_ensemble(poms: list, steps: int) -> bool:
     checkpointed or compiled cores, nor learned parameters) it returns
     True; else, or when a member stops (the cores untouched), False: the
     cores step one by one, so a stop is a core's."""
-    from pompy.core.ensemble import Ensemble, mismatch
-
     if mismatch(poms) is not None:
         return False
     ensemble = Ensemble.of(poms)
     try:
-        ensemble.advance(steps)
+        ensemble.advance(ensemble.iint + steps)
     except ModelStop:
         return False
-    vamax = ensemble.vamax.tolist()
-    for m, pom in enumerate(poms):
-        pom.state = ensemble.member(m)
-        pom.iint, pom.time = ensemble.iint, pom._time(ensemble.iint)
-        pom.vamax, pom._loop_mode = vamax[m], "gradient"    # as run_time_loop leaves them
+    for m, pom in enumerate(poms):     # each core goes on from its member's state
+        pom.restore({**ensemble.member(m), "iint": ensemble.iint, "time0": pom.time0})
     return True

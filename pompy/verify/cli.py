@@ -13,6 +13,7 @@ import torch
 
 from pompy import cores
 from pompy.config import Config
+from pompy.settings.commands import DEFAULT_SAMPLES, DEFAULT_STEPS, VerifySettings
 from pompy.verify.certificate import certificate_key, write_certificate
 from pompy.verify.checks import Check
 from pompy.verify.gradcheck import gradcheck_suite
@@ -21,8 +22,6 @@ from pompy.verify.policies import policy_suite
 from pompy.verify.run import run_suite
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-DEFAULT_SAMPLES = 2
-DEFAULT_STEPS = 12
 
 
 def check_input(config: Config, core: str, device: str, dtype: str, samples: int, steps: int
@@ -113,12 +112,12 @@ def row(check: Check) -> str:
 HEADER = f"{'check':<62} {'figure':>10} {'tolerance':>10}  result"
 
 
-def run_command(args) -> int:
+def run_command(args: VerifySettings) -> int:
     """``pompy verify``: print the table, write the certificate; 0 when
     every check passed, 1 otherwise (bad input raises InputError: 2)."""
     from pompy.config import load_config
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, args.overrides)
     check_input(config, args.core, args.device, args.dtype, args.samples, args.steps)
     from pompy import files
     from pompy.verify.certificate import certificate_dir

@@ -1,0 +1,121 @@
+"""Who this process is among the processes torchrun started, and what they
+do together: :class:`Distributed` holds the rank, the world size, the
+device and (once joined) the process group, and is the one place where
+the ranks reduce, gather, wait for each other and agree to stop.
+
+torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them a process is
+rank 0 of 1 and makes no group. The group is NCCL on CUDA and gloo on the
+CPU. ``pompy generate`` reads the ranks to split its members and never
+joins (its ranks do not talk); the trainer joins.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pompy.errors import InputError
+
+
+def _ranks(environ: Mapping[str, str]) -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun sets them; (0, 1, 0) without."""
+    values = {}
+    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", None)):
+        text = environ.get(name, default)
+        if text is None:
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise InputError(f"environment variable {name}={text!r} is not an integer") from None
+    rank, world = values["RANK"], values["WORLD_SIZE"]
+    if world < 1 or not 0 <= rank < world:
+        raise InputError(f"RANK={rank}, WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
+    return rank, world, values.get("LOCAL_RANK", rank)
+
+
+@dataclasses.dataclass
+class Distributed:
+    """This process among torchrun's: its rank, the world size, its local
+    rank on the node, its device (a bare ``cuda`` becomes
+    ``cuda:LOCAL_RANK``) and whether it has joined the process group."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    joined: bool = False
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], device: str = "cpu") -> Distributed:
+        rank, world, local = _ranks(environ)
+        return cls(rank, world, local, torch.device(cls.device_name(device, local, world)))
+
+    @staticmethod
+    def device_name(device: str, local_rank: int, world_size: int) -> str:
+        """Each rank on its own GPU (cuda:LOCAL_RANK) when a bare 'cuda' is asked for."""
+        return f"cuda:{local_rank}" if str(device) == "cuda" and world_size > 1 else str(device)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def many(self) -> bool:
+        """More than one process: the ranks talk through the group."""
+        return self.world_size > 1
+
+    def prefix(self, command: str) -> str:
+        """A message's prefix: the command, and the rank where there are several."""
+        return f"{command} [rank {self.rank}/{self.world_size}]" if self.many else command
+
+    # -------------------------------------------------------------- the group
+    def join(self) -> None:
+        """The process group (NCCL on CUDA, gloo on the CPU); none for one process."""
+        if not self.many or self.joined:
+            return
+        if not dist.is_initialized():
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+            dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo")
+        self.joined = True
+
+    def leave(self) -> None:
+        if self.joined and dist.is_initialized():
+            dist.destroy_process_group()
+        self.joined = False
+
+    def agree(self, ok: bool) -> bool:
+        """Whether every rank is ok (each rank's own ``ok`` for one process):
+        the ranks stop, or refuse, together."""
+        if not self.joined:
+            return ok
+        flag = torch.tensor([1.0 if ok else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The ranks' sum of ``tensor`` (in place; itself for one process)."""
+        if self.joined:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The ranks' average of ``tensor`` (on this rank's device)."""
+        if not self.joined:
+            return tensor
+        return self.sum(tensor.to(self.device)) / self.world_size
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (picklable), in rank order."""
+        if not self.joined:
+            return [value]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
+
+    def barrier(self) -> None:
+        if self.joined:
+            dist.barrier()
