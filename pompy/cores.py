@@ -63,8 +63,8 @@ CORES: dict[str, CoreSpec] = {spec.name: spec for spec in (
 )}
 NAMES = tuple(CORES)
 DEFAULT = NAMES[0]                 # pom2k's own
-# training's default: one elevation solve a step instead of isplit external
-# passes, the cheaper graph to differentiate through (the seed's core)
+# training's default: the semi-implicit core, one elevation solve a step
+# instead of isplit external passes, the cheaper graph to differentiate through
 TRAINING = "implicit"
 ORACLE = "oracle"                  # `pompy run --core oracle`: the default core's Fortran twin
 RUNNABLE = (*NAMES, ORACLE)        # what `pompy run --core` can run

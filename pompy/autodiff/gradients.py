@@ -1,8 +1,9 @@
 """Gradient clipping and monitoring for training through the model.
 
 Backpropagation through hundreds of time steps can accumulate large
-gradients (the seed's pitfall 2). ``clip_gradients`` applies the seed's
-rule: clip the global L2 norm of the trainable parameters' gradients to
+gradients (exploding gradients: one such step of the optimiser can wreck
+the weights). ``clip_gradients`` bounds the update instead: it clips the
+global L2 norm of the trainable parameters' gradients to
 ``grad_clip_norm`` (default 1.0) when it is set and positive.
 ``gradient_norms`` and ``log_gradient_norms`` report the global norm and
 each parameter's, so unhealthy gradient flow shows early.

@@ -52,11 +52,13 @@ context of the caller's, so a context around ``loss.backward()`` alone
 reaches the ops there only on the CPU. A policy set in the forward pass
 (a context around the forward, a core's ``policies=``, an op's
 ``policy=``) gives the same gradients on every device and thread; a
-context around the backward fills in where the forward set none (the
-seed's usage). A core's checkpointed steps (checkpoint="steps") are
-recomputed in the backward pass under the policies captured when the
-forward pass ran them, so what the forward recorded holds there too. :func:`captured_policies` and :func:`policies_in_force` carry
-the policies in force to code run later (a core's step).
+context around the backward fills in where the forward set none (so the
+common usage, ``with gradient_policy(P): loss.backward()``, still works).
+A core's checkpointed steps (checkpoint="steps") are recomputed in the
+backward pass under the policies captured when the forward pass ran them,
+so what the forward recorded holds there too. :func:`captured_policies`
+and :func:`policies_in_force` carry the policies in force to code run
+later (a core's step).
 
 The context override is context-local (:mod:`contextvars`): an asyncio task
 inherits the override active when it is created and then keeps its own

@@ -350,7 +350,9 @@ class Core:
         leaf cloning is skipped and, every ``capture_interval`` steps, a
         detached :meth:`snapshot` is appended to ``generation_records``.
         Switching between the two modes needs run_initialization() (or
-        load_state/restore) in between (the seed's pitfall 5)."""
+        load_state/restore) in between: a core reused across the modes
+        without it is refused rather than run on a state the other mode
+        left (the fast path's has no leaf clones and no graph)."""
         if not self.state:
             raise RuntimeError("run_initialization() (or load_state) must come before run_time_loop()")
         mode = "generation" if self.generation_fast_path else "gradient"
@@ -604,13 +606,13 @@ class Core:
 
     def run_generation_day(self, steps_per_day: int | None = None,
                            capture_interval: int = 0) -> list[dict]:
-        """Data generation (the seed's): ``steps_per_day`` steps from the
+        """Data generation (what pompy.generate runs): ``steps_per_day`` steps from the
         current one (default: a day, nint(86400/dti)) on the generation fast
         path (no gradients, no loop-entry clones), with a detached
         :meth:`snapshot` every ``capture_interval`` steps (0: none); returns
         this call's snapshots. The flag is reset however the run ends; a
         gradient run of this core afterwards needs load_state/restore or
-        run_initialization first (pitfall 5)."""
+        run_initialization first (see :meth:`run_time_loop`)."""
         steps = steps_per_day if steps_per_day is not None else max(nint(86400 / self.config.dti), 1)
         first = len(self.generation_records)
         self.generation_fast_path, self.capture_interval = True, capture_interval

@@ -56,7 +56,7 @@ def _by_level(x: Tensor) -> tuple[Tensor, ...]:
     """The levels of an (i, j, k) slab as contiguous (i, j) planes of a copy
     made k first (so that the sweeps' operations read contiguous memory).
 
-    The copy is the seed's deep freeze of a tridiagonal solve: the sweeps
+    The copy is the tridiagonal solve's deep freeze: the sweeps
     read copies of their coefficients (a, c before the forward sweep, ee, gg
     before the back substitution) that nothing else holds, so the recursive
     graph can never see a later update of pom2k's shared work arrays. The

@@ -1,5 +1,6 @@
 """Gradient-safe elementary operations: safe_divide, safe_sqrt, safe_abs_pow,
-safe_log, safe_reciprocal, with the seed's eps constants.
+safe_log, safe_reciprocal, with fixed eps constants (SAFE_DIV_EPS,
+SAFE_SQRT_EPS, SAFE_LOG_EPS).
 
 pompy's versions keep pom2k's forward values: wherever pom2k's operation
 is defined (a positive depth, a non-negative square-root argument, ...)
@@ -7,8 +8,8 @@ the value is pom2k's to the last bit, so the oracle comparisons hold.
 What they add is a guard and a backward:
 
 - the guard marks the points where the operation is singular or its
-  derivative unbounded: the bottom value, written ⊥ in the seed
-  "Gradient Policies". There the forward value is made finite (the input
+  derivative unbounded: the bottom value, written ⊥ here and in
+  pompy.autodiff.policies. There the forward value is made finite (the input
   is clamped to eps), and the derivative is evaluated at the clamped
   input, never at the singular one: a torch.where on the output alone
   would still send NaN back from the branch not taken (0 * inf);
@@ -17,7 +18,7 @@ What they add is a guard and a backward:
   which applies the policy selected for the op's ``layer`` (the model
   routine's name: "smagorinsky", "profq", "bottom_drag", "dens", ...;
   "safety" when none is given). Every op takes ``policy=``, the explicit
-  level of the seed's precedence: it wins over a surrounding
+  level of the policies' precedence: it wins over a surrounding
   ``gradient_policy`` context, which wins over the layer's registered or
   built-in default (PROJECT for pompy's layers and "safety": exact away
   from the guards). Which policy wins when the forward and the backward
@@ -38,7 +39,7 @@ What they add is a guard and a backward:
   Forward over forward mode (jacfwd of jacfwd) is refused: torch does not
   differentiate a custom Function's jvp (it would give 0).
 
-Guards (eps as in the seed):
+Guards (eps: the module's SAFE_*_EPS constants):
 
     safe_sqrt(x)          ⊥ where sqrt(x) < SAFE_SQRT_EPS (x < 1e-16): the
                           derivative 1/(2 sqrt x) stays below 5e7

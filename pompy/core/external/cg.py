@@ -370,7 +370,8 @@ def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int,
     flow through the solve. Training's batches (gradients on) and its test
     batches (off) so solve the same way, to the same residual floor; the
     PCG's early exit cuts no gradient, which implicit differentiation takes
-    from the solution, not from the iterations (the seed's pitfall 3)."""
+    from the solution, not from the iterations (so the exit, a branch on a
+    tensor value, does not decide what a gradient-enabled step computes)."""
     x, residual, _ = solve_counted(a, b, tol, maxiter, preconditioner)
     return x, residual
 
