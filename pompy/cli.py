@@ -70,7 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     setup_cmd = commands.add_parser("setup", help="install gfortran if missing and build the Fortran oracle")
     setup_cmd.set_defaults(handler=setup)
+    add_run_command(commands)
+    add_settings_commands(commands)
+    config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
+    add_config_arguments(config_cmd)
+    config_cmd.set_defaults(handler=show_config)
+    return parser
 
+
+def add_run_command(commands) -> None:
+    """``pompy run`` and ``pompy compare``."""
     run_cmd = commands.add_parser("run", help="run a case")
     add_config_arguments(run_cmd)
     run_cmd.add_argument("--core", choices=cores.RUNNABLE, default=cores.DEFAULT,
@@ -125,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
                              help="largest accepted difference relative to the field's max magnitude in A (default 1e-10)")
     compare_cmd.set_defaults(handler=compare)
 
+
+
+def add_settings_commands(commands) -> None:
+    """The commands whose settings pompy.settings declares (generate,
+    evaluate, train, verify), and report."""
     from pompy.generate import DESCRIPTION, add_arguments as add_generate_arguments
 
     generate_cmd = commands.add_parser("generate", help="write a training dataset from an ensemble of runs",
@@ -166,11 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_report_arguments(report_cmd)
     report_cmd.set_defaults(handler=report_command)
-
-    config_cmd = commands.add_parser("config", help="print the resolved config, derived quantities included")
-    add_config_arguments(config_cmd)
-    config_cmd.set_defaults(handler=show_config)
-    return parser
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +19,12 @@ from pompy import variables
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
 
-PACKAGE = Path(__file__).parents[1] / "pompy"
-CONFIGS = Path(__file__).parents[1] / "configs"
+ROOT = Path(__file__).parents[1]
+PACKAGE = ROOT / "pompy"
+CONFIGS = ROOT / "configs"
+# the size a reader can hold: a module, and a function outside the pom2k routines
+MODULE_LINES = 700
+FUNCTION_LINES = 80
 
 
 def _module_name(path: Path) -> str:
@@ -114,6 +119,69 @@ def test_layers_point_down():
                                      "pompy.autodiff.layers"}
     for core in ("pompy.core.model", "pompy.core.explicit", "pompy.core.stepping"):
         assert not reach(core) & {"pompy.driver", "pompy.cli", "pompy.oracle.driver"}, core
+
+
+def _sources() -> list[Path]:
+    return sorted([*PACKAGE.rglob("*.py"), *(ROOT / "validation").rglob("*.py")])
+
+
+def pom2k_routines() -> set[str]:
+    """The oracle's subroutine names: the pom2k routines, which the torch
+    cores mirror statement for statement whatever their length."""
+    text = "\n".join(p.read_text() for p in (ROOT / "reference_fortran").glob("*.f90"))
+    return {name.lower() for name in re.findall(r"(?im)^\s*subroutine\s+(\w+)", text)}
+
+
+def long_functions(tree: ast.AST, exempt: set[str]) -> list[tuple[str, int]]:
+    """(name, lines) of the functions longer than FUNCTION_LINES, ``exempt`` aside."""
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > FUNCTION_LINES and node.name not in exempt]
+
+
+def private_imports(tree: ast.AST) -> list[str]:
+    """``from module import _name`` of a pompy module (its private names)."""
+    return [f"{node.module or '.'}.{alias.name}" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("pompy"))
+            for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+
+
+def test_the_size_checks_find_what_they_look_for():
+    tree = ast.parse("from pompy.io import _create, write_restart\n"
+                     "from .stencil import _apply\nfrom os import _exit\n"
+                     "def f():\n" + "    x = 1\n" * FUNCTION_LINES + "def advave():\n"
+                     + "    x = 1\n" * FUNCTION_LINES)
+    assert private_imports(tree) == ["pompy.io._create", "stencil._apply"]
+    assert long_functions(tree, {"advave"}) == [("f", FUNCTION_LINES + 1)]
+    assert {"advave", "profq", "bcond", "external_step"} <= pom2k_routines()
+
+
+def test_modules_and_functions_are_of_a_size_a_reader_can_hold():
+    """No module of pompy/ or validation/ over MODULE_LINES lines; no function
+    over FUNCTION_LINES outside the pom2k routines (the oracle's subroutine
+    names, which the cores mirror); no import of another module's private
+    (_name) name."""
+    exempt = pom2k_routines()
+    big, long, private = [], [], []
+    for path in _sources():
+        text = path.read_text()
+        where = path.relative_to(ROOT).as_posix()
+        if len(text.splitlines()) > MODULE_LINES:
+            big.append((where, len(text.splitlines())))
+        tree = ast.parse(text)
+        long += [(where, *f) for f in long_functions(tree, exempt)]
+        private += [(where, name) for name in private_imports(tree)]
+    assert not big, big
+    assert not long, long
+    assert not private, private
+
+
+def test_one_settings_reader():
+    """The commands' settings are read in one place: no argparse.Namespace
+    is made in pompy/ outside pompy/settings."""
+    makers = [p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*.py")
+              if "Namespace(" in p.read_text() and "settings" not in p.parts]
+    assert makers == [], makers
 
 
 def test_importing_pompy_changes_no_global_state():

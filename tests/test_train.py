@@ -30,7 +30,8 @@ from pompy.generate import generate
 from pompy import train
 from pompy.train import (CSV_COLUMNS, LOSS_WEIGHTS, NPOMTrainerDDP, apply_correction_to_pom,
                          collate_samples, pack_pom_batch, resolve_options)
-from pompy.train.options import resolve_parsed
+from pompy.settings import TrainSettings, from_parsed, leaves
+from pompy.train.physics import PhysicsRunner
 from pompy.verify import certificate
 
 ROOT = Path(__file__).parents[1]
@@ -108,7 +109,7 @@ def home(verified, tmp_path, monkeypatch):
     return certified(verified, tmp_path, monkeypatch, "implicit")
 
 
-TRAIN_GROUP = dict(physics_step_seconds=DTI, target_time_per_step=2 * DTI, hidden_channels=4,
+TRAIN_GROUP = dict(hidden_channels=4,
                    horizon=1, batch_size=2, test_fraction=0.34, reuse_core_pool=True,
                    progress=False)
 
@@ -126,7 +127,7 @@ def train_config(made, where: Path, **changes) -> Path:
 
 def options(made, where: Path, *argv, **changes):
     config = train_config(made, where, **changes)
-    return resolve_options(["--config", str(config), "--data", str(made[2]),
+    return parse_settings(["--config", str(config), "--data", str(made[2]),
                             "--output", str(where / "out"), *map(str, argv)])
 
 
@@ -139,14 +140,14 @@ def test_pack_pom_batch_channel_order_and_correction(made, home, tmp_path):
     trainer = NPOMTrainerDDP(options(made, tmp_path))
     try:
         kb, (im, jm) = 5, (8, 7)
-        sample = trainer.train_ds[0]
-        ics, _ = collate_samples(trainer.dataset, [sample])
-        (pom,) = trainer._borrow_poms(1)
+        sample = trainer.data.train[0]
+        ics, _ = collate_samples(trainer.data.dataset, [sample])
+        (pom,) = trainer.physics.borrow(1)
         train.inject_core_state(pom, ics, 0)
         packed = pack_pom_batch([pom], trainer.normalizer)
         assert packed.shape == (1, 4 * (kb - 1) + 5, jm, im) == (1, 21, 7, 8)
         norm = trainer.normalizer
-        fsm, dum, dvm = (sample["state"][n] if n in sample["state"] else trainer.grid[n]
+        fsm, dum, dvm = (sample["state"][n] if n in sample["state"] else trainer.data.grid[n]
                          for n in ("fsm", "dum", "dvm"))
         # channel c of field f at level k: (f[:, :, k].T - mean_c) / std_c on its wet points
         for c, (name, k, mask) in {0: ("u", 1 - 1, dum), 5: ("v", 2 - 1, dvm), 11: ("t", 4 - 1, fsm),
@@ -181,8 +182,8 @@ def test_without_corrections_the_physics_reproduces_the_dataset(made, home, tmp_
     reference CG (under grad) and the PCG (generation) differ in round-off."""
     trainer = NPOMTrainerDDP(options(made, tmp_path, "--correction_scale", 0.0, "--horizon", 2))
     try:
-        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 1)])
-        values = trainer.run_single_train_batch(ics, refs)
+        ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 1)])
+        values = trainer.train_batch(ics, refs)
         fields = dict(zip(CSV_COLUMNS[4:], values[1:]))
         scale = {n: float((refs[n] ** 2).mean()) for n in LOSS_WEIGHTS}
         for name, mse in zip(LOSS_WEIGHTS, values[1:]):
@@ -199,10 +200,10 @@ def test_gradients_reach_both_networks_and_learned_parameters(made, home, tmp_pa
     trainer = NPOMTrainerDDP(options(made, tmp_path, "--learn", "horcon,umol", "--grad_clip_norm", 0,
                                      "--correction_scale", 0.05))
     try:
-        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 3)])
-        trainer.optimizer.param_groups[0]["lr"] = 0.0          # keep the parameters
-        trainer.run_single_train_batch(ics, refs)
-        grads = {name: p.grad for name, p in trainer.trainable_params}
+        ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 3)])
+        trainer.optim.optimizer.param_groups[0]["lr"] = 0.0          # keep the parameters
+        trainer.train_batch(ics, refs)
+        grads = {name: p.grad for name, p in trainer.correctors.named_parameters()}
         for label in ("encoder", "decoder"):
             mine = [g for n, g in grads.items() if n.startswith(label)]
             assert all(g is not None and torch.isfinite(g).all() for g in mine), label
@@ -214,15 +215,14 @@ def test_gradients_reach_both_networks_and_learned_parameters(made, home, tmp_pa
             assert g is not None and torch.isfinite(g) and float(g) != 0.0, name
 
         # d loss / d log horcon by central differences, batch statistics as in training
-        param = trainer.physics.log_values["horcon"]
+        param = trainer.correctors.plain()["physics"].log_values["horcon"]
 
         def loss_at(value: float) -> float:
             with torch.no_grad():
                 param.fill_(value)
-                poms = trainer._borrow_poms(2)
-                preds = trainer.run_physics_multistep(poms, ics, n_steps=1)
-                return float(trainer.combine_loss_components(
-                    trainer._compute_component_losses(preds, refs)))
+                preds = trainer.forward(ics, 1)
+                return float(trainer.total_loss(
+                    trainer.component_losses(preds, refs)))
         x0, h = float(param.detach()), 1e-4
         fd = (loss_at(x0 + h) - loss_at(x0 - h)) / (2 * h)
         g = float(grads["physics.log_values.horcon"])
@@ -234,15 +234,15 @@ def test_gradients_reach_both_networks_and_learned_parameters(made, home, tmp_pa
 def test_core_pool_restore_leaves_no_graph_history(made, home, tmp_path):
     trainer = NPOMTrainerDDP(options(made, tmp_path, "--learn", "horcon"))
     try:
-        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 1)])
-        trainer.run_single_train_batch(ics, refs)
-        used = trainer.pool.cores[:2]
+        ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 1)])
+        trainer.train_batch(ics, refs)
+        used = trainer.physics.pool.cores[:2]
         # the batch's cores let go of their graph once its predictions were taken
         assert all(t.grad_fn is None for t in used[0].state.values())
         assert torch.is_tensor(used[0].params["horcon"])
-        cores = trainer._borrow_poms(2)
+        cores = trainer.physics.borrow(2)
         assert cores == used                                          # the same objects, reset
-        for core, snapshot in zip(cores, trainer.pool.snapshots):
+        for core, snapshot in zip(cores, trainer.physics.pool.snapshots):
             for name, t in core.state.items():
                 assert t.grad_fn is None and not t.requires_grad, name
             for name in variables.names("snapshot"):
@@ -289,18 +289,18 @@ def test_a_batch_of_cores_steps_as_one_ensemble_to_the_last_bit(core, request, v
     monkeypatch.setattr(Ensemble, "advance", advance)
 
     def batch(batched: bool, which, *more) -> tuple:
-        monkeypatch.setattr(NPOMTrainerDDP, "batch_physics", batched)
+        monkeypatch.setattr(PhysicsRunner, "batch_physics", batched)
         where = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
         trainer = NPOMTrainerDDP(options(made, where, "--core", core,
                                          "--grad_clip_norm", 0, "--correction_scale",
                                          0.05, "--batch_size", 3, *more))
         try:
-            samples = [trainer.train_ds[i] for i in range(len(trainer.train_ds))]
+            samples = [trainer.data.train[i] for i in range(len(trainer.data.train))]
             chosen = which(samples)
-            ics, refs = collate_samples(trainer.dataset, chosen)
-            trainer.optimizer.param_groups[0]["lr"] = 0.0
-            values = trainer.run_single_train_batch(ics, refs)
-            return values, {name: p.grad.clone() for name, p in trainer.trainable_params}
+            ics, refs = collate_samples(trainer.data.dataset, chosen)
+            trainer.optim.optimizer.param_groups[0]["lr"] = 0.0
+            values = trainer.train_batch(ics, refs)
+            return values, {name: p.grad.clone() for name, p in trainer.correctors.named_parameters()}
         finally:
             trainer.cleanup()
 
@@ -330,23 +330,23 @@ def test_a_batch_of_cores_steps_as_one_ensemble_to_the_last_bit(core, request, v
 def test_a_non_finite_gradient_skips_the_step(made, home, tmp_path, monkeypatch):
     trainer = NPOMTrainerDDP(options(made, tmp_path))
     try:
-        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 1)])
-        before = [p.detach().clone() for _, p in trainer.trainable_params]
-        real = trainer._compute_component_losses
+        ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 1)])
+        before = [p.detach().clone() for _, p in trainer.correctors.named_parameters()]
+        real = trainer.component_losses
 
         def poisoned(preds, refs):
             losses = real(preds, refs)
             return dict(losses, el=losses["el"] * float("inf") * 0.0)      # NaN, in the graph
         monkeypatch.setattr(trainer, "_compute_component_losses", poisoned)
-        values = trainer.run_single_train_batch(ics, refs)
-        assert math.isnan(values[0]) and trainer.skipped_steps == 1
-        for (name, p), b in zip(trainer.trainable_params, before):
+        values = trainer.train_batch(ics, refs)
+        assert math.isnan(values[0]) and trainer.optim.skipped_steps == 1
+        for (name, p), b in zip(trainer.correctors.named_parameters(), before):
             assert torch.equal(p.detach(), b), name
         monkeypatch.setattr(trainer, "_compute_component_losses", real)
-        trainer.run_single_train_batch(ics, refs)
-        assert trainer.skipped_steps == 1
+        trainer.train_batch(ics, refs)
+        assert trainer.optim.skipped_steps == 1
         assert any(not torch.equal(p.detach(), b)
-                   for (_, p), b in zip(trainer.trainable_params, before))
+                   for (_, p), b in zip(trainer.correctors.named_parameters(), before))
     finally:
         trainer.cleanup()
 
@@ -531,12 +531,12 @@ def test_an_interrupted_run_names_its_checkpoint_and_its_command(made, home, tmp
 def test_data_and_output_may_come_from_the_train_group(made, tmp_path):
     """As the refusal says: --data and --output, or &train's data and output."""
     config = train_config(made, tmp_path, data=str(made[2]), output=str(tmp_path / "out"))
-    args = resolve_options(["--config", str(config)])
-    assert (args.data, args.output) == (made[2], tmp_path / "out")
-    assert resolve_options(["--config", str(config), "--output", "o"]).output == Path("o")
+    args = parse_settings(["--config", str(config)])
+    assert (args.data.data, args.checkpoint.output) == (made[2], tmp_path / "out")
+    assert parse_settings(["--config", str(config), "--output", "o"]).checkpoint.output == Path("o")
     with pytest.raises(train.InputError, match=re.escape(
             "--data and --output are required (or set them in &train)")):
-        resolve_options(["--config", str(train_config(made, tmp_path / "none"))])
+        parse_settings(["--config", str(train_config(made, tmp_path / "none"))])
 
 
 def test_amp_bf16_runs_the_networks_alone_in_bfloat16(made, home, tmp_path, monkeypatch):
@@ -554,7 +554,7 @@ def test_amp_bf16_runs_the_networks_alone_in_bfloat16(made, home, tmp_path, monk
                     m.register_forward_hook(lambda m, i, o, key=f"{label}.{name}":
                                             convs.setdefault(key, set()).add(o.dtype))
         physics = []
-        poms = trainer.pool.cores
+        poms = trainer.physics.pool.cores
 
         def watched(pom, run):
             def loop(*a, **k):
@@ -564,13 +564,13 @@ def test_amp_bf16_runs_the_networks_alone_in_bfloat16(made, home, tmp_path, monk
             return loop
         for pom in poms:
             monkeypatch.setattr(pom, "run_time_loop", watched(pom, pom.run_time_loop))
-        ics, refs = collate_samples(trainer.dataset, [trainer.train_ds[i] for i in (0, 1)])
-        values = trainer.run_single_train_batch(ics, refs)
+        ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 1)])
+        values = trainer.train_batch(ics, refs)
         assert all(math.isfinite(v) for v in values) and values[0] > 0
         assert len(convs) == 2 * 5 and all(d == {torch.bfloat16} for d in convs.values()), convs
         assert physics and all(not amp and dtypes == {torch.float64} for amp, dtypes in physics)
         assert all(t.dtype == torch.float64 for pom in poms for t in pom.state.values())
-        grads = {name: p.grad for name, p in trainer.trainable_params}
+        grads = {name: p.grad for name, p in trainer.correctors.named_parameters()}
         for label in ("encoder", "decoder"):
             mine = [g for n, g in grads.items() if n.startswith(label)]
             assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all()
@@ -605,24 +605,29 @@ def test_the_command_refuses_without_a_certificate_and_after_an_edit(made, verif
     assert "the core's sources changed since it was verified" in err
 
 
-def test_a_step_length_other_than_dti_is_refused(made, home, tmp_path, capsys):
-    config = train_config(made, tmp_path, physics_step_seconds=600.0, target_time_per_step=1200.0)
+def test_a_retired_setting_is_refused_with_its_reason(made, home, tmp_path, capsys):
+    """physics_step_seconds restated the config's dti: a config that still
+    sets it is told so, in one line."""
+    config = train_config(made, tmp_path, physics_step_seconds=600.0)
     assert train.main(["--config", str(config), "--data", str(made[2]),
                        "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "physics_step_seconds=600.0 s but the config's dti = dte*isplit = 240.0 s" in err
+    assert err.count("\n") == 1 and "&train physics_step_seconds: the physics step is the " \
+        "config's dti = dte*isplit; remove it" in err, err
 
 
 def test_options_come_from_the_train_group_then_the_command_line(made, tmp_path):
     args = options(made, tmp_path, "--lr", "3e-4", "--loss_weights", "el=5,u=1",
                    "--no-reuse_core_pool", lr=1e-3, epochs=7)
-    assert (args.lr, args.epochs, args.batch_size, args.reuse_core_pool) == (3e-4, 7, 2, False)
-    assert args.loss_weights_table == {**LOSS_WEIGHTS, "el": 5.0, "u": 1.0}
-    assert (args.correction_scale, args.grad_clip_norm, args.steps_per_correction) == (1e-3, 1.0, 2)
-    with pytest.raises(train.InputError, match="unknown option 'batchsize'"):
+    o = args.optimizer
+    assert (o.lr, o.epochs, args.data.batch_size, args.physics.reuse_core_pool) == (3e-4, 7, 2, False)
+    assert o.weights == {**LOSS_WEIGHTS, "el": 5.0, "u": 1.0}
+    assert (args.model.correction_scale, o.grad_clip_norm, args.data.steps_per_correction) == \
+        (1e-3, 1.0, 2)
+    with pytest.raises(train.InputError, match="unknown setting 'batchsize'"):
         options(made, tmp_path, batchsize=3)
     # the config still loads as a pom2k config, &train aside
-    assert train.load_model_config(train_config(made, tmp_path)) == load_config(made[1])
+    assert load_config(train_config(made, tmp_path)) == load_config(made[1])
 
 
 def _flags(parser) -> dict[str, str]:
@@ -635,9 +640,6 @@ def test_pompy_train_and_the_module_take_the_same_options_each_with_help(made, t
     """``pompy train`` and ``python -m pompy.train`` list the same options
     (from one table), each with its help; a flag overrides the &train
     group, which overrides the default, through either."""
-    from pompy import cli
-    from pompy.train.options import OPTIONS
-
     helps = {}
     for command in (["-m", "pompy", "train"], ["-m", "pompy.train"]):
         out = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True,
@@ -652,17 +654,34 @@ def test_pompy_train_and_the_module_take_the_same_options_each_with_help(made, t
     module, command = _flags(train.build_parser()), _flags(subparser)
     assert module == command and set(module) == helps["train"]
     assert all(text and text.strip() for text in module.values()), module
-    assert {o.flag for o in OPTIONS} <= set(module) and all(o.help.strip() for o in OPTIONS)
+    assert {leaf.flag for leaf in leaves(TrainSettings)} <= set(module)
+    assert all(leaf.meta["help"].strip() for leaf in leaves(TrainSettings))
 
     config = train_config(made, tmp_path, lr=1e-3, epochs=7)
     argv = ["--config", str(config), "--data", str(made[2]), "--output", str(tmp_path / "out"),
             "--lr", "3e-4"]
-    got = [train.resolve_options(argv),
-           resolve_parsed(cli.build_parser().parse_args(["train", *argv]))]
+    got = [train.parse_settings(argv),
+           from_parsed(TrainSettings, cli.build_parser().parse_args(["train", *argv]))]
     for args in got:
         # the flag over the group, the group over the default, the default
-        assert (args.lr, args.epochs, args.normalizer_samples) == (3e-4, 7, 64)
-    assert vars(got[0]) == vars(got[1])
+        assert (args.optimizer.lr, args.optimizer.epochs, args.data.normalizer_samples) == \
+            (3e-4, 7, 64)
+    assert got[0] == got[1]
+
+
+def test_print_config_shows_each_value_and_where_it_comes_from(made, tmp_path, capsys):
+    """--print-config: the values a run would use, each with its source
+    (default, the config's &train group, a flag), as a namelist group."""
+    config = train_config(made, tmp_path, lr=1e-3, epochs=7)
+    assert train.main(["--config", str(config), "--data", str(made[2]), "--output", "o",
+                       "--epochs", "3", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split("=")[0].strip(): line for line in out.splitlines() if "=" in line}
+    assert out.startswith("&train") and out.rstrip().endswith("/")
+    assert re.search(r"lr = 0\.001 +! config$", lines["lr"])
+    assert re.search(r"epochs = 3 +! flag$", lines["epochs"])
+    assert re.search(r"normalizer_samples = 64 +! default$", lines["normalizer_samples"])
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------ two processes
@@ -670,14 +689,14 @@ WORKER = textwrap.dedent("""
     import json, sys, torch
     from pompy import train
     out = sys.argv[1]
-    args = train.resolve_options(sys.argv[2:])
+    args = train.parse_settings(sys.argv[2:])
     trainer = train.NPOMTrainerDDP(args)
-    rank = trainer.global_rank
+    rank = trainer.dist.rank
     # the sampler: each rank's indices for two epochs
     seen = {}
     for epoch in (0, 1):
-        trainer.sampler.set_epoch(epoch)
-        seen[epoch] = list(trainer.sampler)
+        trainer.data.sampler.set_epoch(epoch)
+        seen[epoch] = list(trainer.data.sampler)
     # SyncBatchNorm on rank-dependent data
     bn = train.convert_sync_batchnorm(torch.nn.BatchNorm2d(3), "cpu").double()
     x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(10 + rank),
@@ -687,12 +706,12 @@ WORKER = textwrap.dedent("""
     bn16 = train.convert_sync_batchnorm(torch.nn.BatchNorm2d(3), "cpu")
     y16 = bn16(x.to(torch.bfloat16))
     # one training batch: sample `rank` of the training split on this rank
-    ics, refs = train.collate_samples(trainer.dataset, [trainer.train_ds[rank]])
-    values = trainer.run_single_train_batch(ics, refs)
-    grads = {n: p.grad for n, p in trainer.trainable_params}
+    ics, refs = train.collate_samples(trainer.data.dataset, [trainer.data.train[rank]])
+    values = trainer.train_batch(ics, refs)
+    grads = {n: p.grad for n, p in trainer.correctors.named_parameters()}
     torch.save({"seen": seen, "bn_mean": bn.running_mean, "bn_var": bn.running_var, "y": y,
                 "bn16_mean": bn16.running_mean, "bn16_var": bn16.running_var, "y16": y16,
-                "values": values, "grads": grads, "world": trainer.world_size},
+                "values": values, "grads": grads, "world": trainer.dist.world_size},
                f"{out}/rank{rank}.pt")
     trainer.cleanup()
 """)
@@ -763,11 +782,11 @@ def test_two_gloo_processes_match_one_process(made, home, tmp_path):
         assert torch.allclose(rank["y16"].double(), y16[2 * r:2 * r + 2], rtol=1e-2, atol=1e-2)
 
     # one process, both samples in one batch (same seed: same initial weights)
-    single = NPOMTrainerDDP(resolve_options(argv[:6] + ["--output", str(tmp_path / "one"),
+    single = NPOMTrainerDDP(parse_settings(argv[:6] + ["--output", str(tmp_path / "one"),
                                                         *argv[6:], "--batch_size", "2"]))
     try:
-        ics, refs = collate_samples(single.dataset, [single.train_ds[0], single.train_ds[1]])
-        values = single.run_single_train_batch(ics, refs)
+        ics, refs = collate_samples(single.dataset, [single.data.train[0], single.data.train[1]])
+        values = single.train_batch(ics, refs)
         want = {n: p.grad for n, p in single.trainable_params}
     finally:
         single.cleanup()
@@ -864,21 +883,21 @@ def test_the_test_split_is_evaluated_whole_on_one_process_and_two(made, home, tm
     assert np.allclose(rows["two"], rows["one"], rtol=1e-12, atol=0), rows["two"] / rows["one"] - 1
 
     # each test sample alone, from the networks the test phase ran
-    trainer = NPOMTrainerDDP(resolve_options([*argv, "--output", str(tmp_path / "alone")]))
+    trainer = NPOMTrainerDDP(parse_settings([*argv, "--output", str(tmp_path / "alone")]))
     try:
         body = torch.load(tmp_path / "one" / "checkpoint_epoch0.pt", weights_only=True)
-        for name, net in trainer._plain_networks().items():
+        for name, net in trainer.correctors.plain().items():
             if net is not None:
                 net.load_state_dict(body["networks"][name])
-        assert len(trainer.test_indices) == n_test
-        trainer._set_mode(False)
+        assert len(trainer.data.test_indices) == n_test
+        trainer.correctors.set_mode(False)
         alone = []
-        for i in trainer.test_indices:
-            ics, refs = collate_samples(trainer.dataset, [trainer.dataset[i]])
+        for i in trainer.data.test_indices:
+            ics, refs = collate_samples(trainer.data.dataset, [trainer.data.dataset[i]])
             with torch.no_grad():
-                preds = trainer.run_physics_multistep(trainer._borrow_poms(1), ics, n_steps=1)
-                losses = trainer._compute_component_losses(preds, refs)
-            alone.append([float(trainer.combine_loss_components(losses))]
+                preds = trainer.forward(ics, 1)
+                losses = trainer.component_losses(preds, refs)
+            alone.append([float(trainer.total_loss(losses))]
                          + [float(losses[n]) for n in LOSS_WEIGHTS])
     finally:
         trainer.cleanup()
@@ -914,18 +933,18 @@ def test_the_shipped_training_configs():
     for name, grid, channels in (("train_tiny.nml", (16, 12, 6), 25),
                                  ("train_360x240.nml", (360, 240, 25), 101)):
         path = ROOT / "configs" / name
-        config = train.load_model_config(path)
-        args = resolve_options(["--config", str(path), "--data", "d", "--output", "o"])
+        config = load_config(path)
+        args = parse_settings(["--config", str(path), "--data", "d", "--output", "o"])
+        m = args.model
         assert (config.im, config.jm, config.kb) == grid and 4 * (config.kb - 1) + 5 == channels
-        assert config.dti == args.physics_step_seconds
-        assert args.target_time_per_step == args.steps_per_correction * config.dti
-        assert (args.grad_clip_norm, args.core) == (1.0, "implicit") and args.reuse_core_pool
-        if name == "train_360x240.nml":              # the seed's
-            assert args.correction_scale == 1e-3 and args.encoder and args.decoder
-            assert args.norm == "batch"
+        assert config.dti == 240.0 and args.data.steps_per_correction == 2
+        assert (args.optimizer.grad_clip_norm, args.physics.core) == (1.0, "implicit")
+        assert args.physics.reuse_core_pool
+        if name == "train_360x240.nml":              # the design's
+            assert m.correction_scale == 1e-3 and m.encoder and m.decoder and m.norm == "batch"
         else:                                         # measured (validation/corrector_gain.py)
-            assert (args.correction_scale, args.norm, args.epochs) == (1e-3, "group", 30)
-            assert args.decoder and not args.encoder
+            assert (m.correction_scale, m.norm, args.optimizer.epochs) == (1e-3, "group", 30)
+            assert m.decoder and not m.encoder
 
 
 # ------------------------------------------------------------------ a reference, the baseline
@@ -963,7 +982,7 @@ def test_the_baseline_is_the_physics_alone_against_the_reference(made_reference,
     trainer = NPOMTrainerDDP(options(made_reference, tmp_path, "--horizon", 2))
     try:
         baseline = trainer.baseline_loss()
-        indices = list(trainer.test_indices)
+        indices = list(trainer.data.test_indices)
     finally:
         trainer.cleanup()
     out, err = capsys.readouterr()
@@ -1037,7 +1056,7 @@ def test_each_epoch_prints_its_ratio_and_logs_it_beside_the_seeds_csv(made_refer
     resumed = NPOMTrainerDDP(options(made_reference, tmp_path, "--epochs", 2, "--lr", 1e-3,
                                      "--resume"))
     try:
-        assert resumed.args.resume == tmp_path / "out" / "checkpoint_last.pt"
+        assert resumed.settings.checkpoint.resume == tmp_path / "out" / "checkpoint_last.pt"
         assert resumed.start_epoch == 1 and resumed.baseline == float(row["BaselineLoss"])
         resumed.train()
     finally:
@@ -1073,12 +1092,12 @@ def test_compiled_physics_gives_the_same_batch(made_explicit, verified, tmp_path
                                          "--grad_clip_norm", 0, "--correction_scale", 0.05,
                                          "--batch_size", 2, *more))
         try:
-            samples = [trainer.train_ds[i] for i in range(2)]
-            ics, refs = collate_samples(trainer.dataset, samples)
-            trainer.optimizer.param_groups[0]["lr"] = 0.0
-            values = trainer.run_single_train_batch(ics, refs)
-            graphs = [pom.graphs for pom in trainer._borrow_poms(2)]
-            return values, {name: p.grad.clone() for name, p in trainer.trainable_params}, graphs
+            samples = [trainer.data.train[i] for i in range(2)]
+            ics, refs = collate_samples(trainer.data.dataset, samples)
+            trainer.optim.optimizer.param_groups[0]["lr"] = 0.0
+            values = trainer.train_batch(ics, refs)
+            graphs = [pom.graphs for pom in trainer.physics.borrow(2)]
+            return values, {name: p.grad.clone() for name, p in trainer.correctors.named_parameters()}, graphs
         finally:
             trainer.cleanup()
 
@@ -1126,12 +1145,12 @@ def test_checkpointed_physics_gives_the_same_batch_to_the_last_bit(made, made_ex
         trainer = NPOMTrainerDDP(options(data, where, "--core", core, "--grad_clip_norm", 0,
                                          "--correction_scale", 0.05, "--batch_size", 2, *more))
         try:
-            samples = [trainer.train_ds[i] for i in range(2)]
-            ics, refs = collate_samples(trainer.dataset, samples)
-            trainer.optimizer.param_groups[0]["lr"] = 0.0
-            values = trainer.run_single_train_batch(ics, refs)
-            kinds = {pom.checkpoint for pom in trainer._borrow_poms(2)}
-            return values, {name: p.grad.clone() for name, p in trainer.trainable_params}, kinds
+            samples = [trainer.data.train[i] for i in range(2)]
+            ics, refs = collate_samples(trainer.data.dataset, samples)
+            trainer.optim.optimizer.param_groups[0]["lr"] = 0.0
+            values = trainer.train_batch(ics, refs)
+            kinds = {pom.checkpoint for pom in trainer.physics.borrow(2)}
+            return values, {name: p.grad.clone() for name, p in trainer.correctors.named_parameters()}, kinds
         finally:
             trainer.cleanup()
 

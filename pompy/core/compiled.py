@@ -74,7 +74,7 @@ _RAMP = "ramp"
 FINITE = "finite"
 # pompy.calls' binders and pompy.ops' slices of a range are lru_cached pure
 # functions of their arguments, which Dynamo traces through (and warns of)
-_LRU_WARNING = "Dynamo detected a call to a `functools.lru_cache`-wrapped function"
+LRU_WARNING = "Dynamo detected a call to a `functools.lru_cache`-wrapped function"
 # the implicit scheme's PCG reads its residual on the host (its early exit):
 # a graph break by design, which Dynamo's log would report at length
 _ITEM_BREAK = "Graph break from `Tensor.item()`"
@@ -187,7 +187,7 @@ class StepGraphs:
         is not)."""
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), \
                 warnings.catch_warnings(), hardware_sqrt(BACKEND == "inductor"):
-            warnings.filterwarnings("ignore", message=_LRU_WARNING)
+            warnings.filterwarnings("ignore", message=LRU_WARNING)
             _DYNAMO_TENSOR_LOG.addFilter(_without_item_break)
             try:
                 yield

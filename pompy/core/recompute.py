@@ -35,7 +35,7 @@ import torch
 from torch.autograd import forward_ad
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from pompy.core.compiled import _LRU_WARNING
+from pompy.core.compiled import LRU_WARNING
 
 # bcond compiles once per case, dtype and grid: more versions of one
 # function than dynamo's default limit of 8; raised only during its calls
@@ -51,7 +51,7 @@ def compiled_routine(fn: Callable) -> Callable:
     def wrapper(**kwargs):
         with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT), \
                 warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_LRU_WARNING)
+            warnings.filterwarnings("ignore", message=LRU_WARNING)
             return compiled(**kwargs)
     return wrapper
 

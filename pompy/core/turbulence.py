@@ -11,7 +11,7 @@ from torch import Tensor
 
 from pompy.calls import outputs
 from pompy.ops import over, put, span
-from pompy.core.vertical import _by_level, _levels_then
+from pompy.core.vertical import by_level, levels_then
 from pompy.utils.safety import safe_divide, safe_reciprocal, safe_sqrt
 
 
@@ -111,10 +111,10 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     # q2: dti2*(kq*q2')' - q2*(2.*dti2*dtef+1.) = -q2b, surface ee1, gg1;
     # the sweeps read level k's terms as contiguous planes (pompy.core.vertical);
     # torch.reciprocal(x) is torch's 1.0 / x (that is reciprocal(x) * 1.0)
-    ak, ck = _by_level(a), _by_level(c)            # the deep freeze
-    dk = _by_level(2.0 * dti2 * dtef[:, :, K] + 1.0)
-    sk = _by_level(-2.0 * dti2 * prod)
-    fk = _by_level(uf[:, :, K])
+    ak, ck = by_level(a), by_level(c)            # the deep freeze
+    dk = by_level(2.0 * dti2 * dtef[:, :, K] + 1.0)
+    sk = by_level(-2.0 * dti2 * prod)
+    fk = by_level(uf[:, :, K])
     eel, ggl = [ee1], [gg1]
     for k in range(kbm1 - 1):                      # k = 2..kbm1
         g = torch.reciprocal(ak[k] + ck[k] * (1.0 - eel[-1]) - dk[k])
@@ -134,9 +134,9 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
             * lk / (D * kappa))
     dtefK = dtef[:, :, K] * (1.0 + e2 * wall ** 2)
     dtef = put(dtef, dtefK, **inner)
-    dk = _by_level(dti2 * dtefK + 1.0)
-    sk = _by_level(dti2 * (-prod * lk * e1))
-    fk = _by_level(vf[:, :, K])
+    dk = by_level(dti2 * dtefK + 1.0)
+    sk = by_level(dti2 * (-prod * lk * e1))
+    fk = by_level(vf[:, :, K])
     eel, ggl = [eel[0]], [ggl[0]]
     for k in range(kbm1 - 1):                      # k = 2..kbm1
         g = torch.reciprocal(ak[k] + ck[k] * (1.0 - eel[-1]) - dk[k])
@@ -147,7 +147,7 @@ def profq(dti2, umol, grav, rhoref, kappa, small, tbias, sbias, z, zz, dz, dzz, 
     vfl = [torch.zeros_like(ufkb)]
     for ki in range(kbm1, 1, -1):                  # ki = kbm1..2
         vfl.insert(0, eel[ki - 1] * vfl[0] + ggl[ki - 1])
-    ee, gg = _levels_then(ee_, ee), _levels_then(gg_, gg)
+    ee, gg = levels_then(ee_, ee), levels_then(gg_, gg)
 
     # against the ratio of two small numbers (l = q2l/q2) or either going
     # negative: pom2k's first option, k = 2..kbm1 (as (k, i, j) levels)

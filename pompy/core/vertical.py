@@ -25,7 +25,7 @@ ProfuOut = outputs("ProfuOut", "a c ee gg tps uf wubot")
 ProfvOut = outputs("ProfvOut", "a c ee gg tps vf wvbot")
 
 
-def _levels_then(new: list[Tensor] | Tensor, old: Tensor, first: int = 0) -> Tensor:
+def levels_then(new: list[Tensor] | Tensor, old: Tensor, first: int = 0) -> Tensor:
     """old[..., :first], the 2-D levels ``new`` (a list, or stacked along
     dim 0), then old beyond them: a contiguous (i, j, k) tensor, assembled
     k first (a copy along k, then one transpose, beats a stack along k)."""
@@ -52,7 +52,7 @@ def _coefficients(kv: Tensor, umol: float, dti2: float, dz: Tensor, dzz: Tensor,
     return a, c, ak, ck
 
 
-def _by_level(x: Tensor) -> tuple[Tensor, ...]:
+def by_level(x: Tensor) -> tuple[Tensor, ...]:
     """The levels of an (i, j, k) slab as contiguous (i, j) planes of a copy
     made k first (so that the sweeps' operations read contiguous memory).
 
@@ -72,9 +72,9 @@ def _sweep(a: Tensor, c: Tensor, f: Tensor, ee1: Tensor, gg1: Tensor, kend: int,
     a holds levels 1.., c, f and source levels 2.. of their coefficients.
     ee, gg come back frozen for the back substitution, as (k, i, j) levels
     1..kend (stacked: a copy nothing else holds)."""
-    ak, ck = (_by_level(x) for x in (a[:, :, 1:kend], c[:, :, :kend - 1]))
-    fk = _by_level(f)
-    sk = _by_level(source) if source is not None else None
+    ak, ck = (by_level(x) for x in (a[:, :, 1:kend], c[:, :, :kend - 1]))
+    fk = by_level(f)
+    sk = by_level(source) if source is not None else None
     ee, gg = [ee1], [gg1]
     for k in range(kend - 1):                      # k = 2..kend; torch's 1.0 / x is
         g = torch.reciprocal(ak[k] + ck[k] * (1.0 - ee[-1]) - 1.0)   # reciprocal(x) * 1.0
@@ -137,8 +137,8 @@ def proft(dti2, umol, ntp, z, dz, dzz, h, etf, swrad, kh, a, c, ee, gg, f,
     fl = [fb]
     for ki in range(kbm2, 0, -1):                  # ki = kbm2..1
         fl.insert(0, eel[ki - 1] * fl[0] + ggl[ki - 1])
-    return ProftOut(a=a, c=c, ee=_levels_then(eeS, ee), gg=_levels_then(ggS, gg),
-                    f=_levels_then(fl, f), dh=dh)
+    return ProftOut(a=a, c=c, ee=levels_then(eeS, ee), gg=levels_then(ggS, gg),
+                    f=levels_then(fl, f), dh=dh)
 
 
 def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
@@ -177,7 +177,7 @@ def _profuv(dim, dti2, umol, dz, dzz, h, etf, km, cbc, mask, wsurf, speed, a, c,
     vl = [bottom * m]
     for ki in range(kbm2, 0, -1):                  # ki = kbm2..1
         vl.insert(0, (eel[ki - 1] * vl[0] + ggl[ki - 1]) * m)
-    return (a, c, _levels_then(eeS, ee), _levels_then(ggS, gg), tps,
+    return (a, c, levels_then(eeS, ee), levels_then(ggS, gg), tps,
             put(vel, torch.stack(vl).permute(1, 2, 0), k=(1, kbm1), **ij),
             put(wbot, -tpsI * vl[-1], **ij))
 

@@ -26,7 +26,7 @@ def _num(value) -> str:
     return str(value)
 
 
-def _table(header: list[str], rows: list[list], classes: list[str] | None = None) -> str:
+def html_table(header: list[str], rows: list[list], classes: list[str] | None = None) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = []
     for n, row in enumerate(rows):
@@ -38,7 +38,7 @@ def _table(header: list[str], rows: list[list], classes: list[str] | None = None
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _img(png: bytes, alt: str) -> str:
+def html_img(png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode()
     return f'<img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
 
@@ -66,11 +66,11 @@ def render(body: dict, figures: dict[str, bytes]) -> str:
              f"{len(failed)} failed. {cfg['steps']} internal steps of dti = {cfg['dti']:g} s "
              f"({cfg['days']:g} days) on a {cfg['im']}x{cfg['jm']}x{cfg['kb']} grid. "
              f"Command: <code>{escape(body['command'])}</code></p>"]
-    parts.append("<h2>runs</h2>" + _table(
+    parts.append("<h2>runs</h2>" + html_table(
         ["run", "pompy_run", "description", "output"],
         [[label, r["pompy_run"], r["description"], r["output"]]
          for label, r in body["runs"].items()]))
-    parts.append("<h2>checks</h2>" + _table(
+    parts.append("<h2>checks</h2>" + html_table(
         ["name", "steps", "tolerance", "figure", "worst_field", "worst_step", "verdict", "why"],
         [[c["name"], c["steps"], "none" if c["tolerance"] is None else c["tolerance"], c["figure"],
           c["worst_field"], c["worst_step"], _verdict(c["passed"]), c["why"] + _resting(c)]
@@ -83,32 +83,32 @@ def render(body: dict, figures: dict[str, bytes]) -> str:
                  "the largest max |torch - oracle| (the field's units) and its step; max_rel, "
                  "max_abs over the field's largest max |oracle| in the run (what the checks "
                  "use); max_step_rel, the largest of the error growth curve (each step "
-                 "relative to that step's max |oracle|).</p>" + _table(
+                 "relative to that step's max |oracle|).</p>" + html_table(
                      ["field", *[f"{r} {k}" for r in torch_runs for k in keys]],
                      [[f, *[body["max_differences"][r][f][k] for r in torch_runs for k in keys]]
                       for f in fields]))
     for name, png in figures.items():
         if name.startswith("maps_"):
-            parts.append(f"<h2>maps at step {cfg['steps']}: {escape(name[5:])}</h2>" + _img(png, name))
+            parts.append(f"<h2>maps at step {cfg['steps']}: {escape(name[5:])}</h2>" + html_img(png, name))
     parts.append("<h2>error_growth</h2><p>max |torch - oracle| / max |oracle| of each output "
                  "field at each sampled step (prognostic fields solid, diagnostic dashed), with "
                  "the bars; left torch's elementary functions, right pom2k's (--fortran-math). A "
                  "field still at rest in the first steps (w ~ 1e-16 m/s) shows its rounding as "
                  "a large fraction of itself: the checks scale by the field's max over the "
                  "run.</p>")
-    parts += [_img(png, name) for name, png in figures.items() if name.startswith("error_growth_")]
+    parts += [html_img(png, name) for name, png in figures.items() if name.startswith("error_growth_")]
     parts.append("<h2>conservation</h2><p>As pom2k's printall computes them (vtot over the wet "
                  "cells of levels 1..kbm1, taver and saver the volume means of tb and sb) and "
                  "the kinetic energy, 1/2 rhoref (u^2 + v^2) at the T points.</p>")
-    parts.append(_img(figures["conservation"], "conservation"))
-    parts.append(_table(["run", "quantity", "first", "last", "last - first"],
+    parts.append(html_img(figures["conservation"], "conservation"))
+    parts.append(html_table(["run", "quantity", "first", "last", "last - first"],
                         [[label, k, f"{v[0]:.15g}", f"{v[-1]:.15g}", v[-1] - v[0]]
                          for label, series in body["conservation"].items()
                          for k, v in series.items() if k != "steps"]))
     parts.append("<h2>timing</h2><p>Wall time of the time steps (set-up and output excluded), "
                  "measured in this run, the runs stepped in turn; ratios to the oracle of the "
                  "same scheme. Timings are the only figures that differ between two reports of "
-                 "the same run.</p>" + _img(figures["timing"], "timing") + _table(
+                 "the same run.</p>" + html_img(figures["timing"], "timing") + html_table(
                      ["run", "seconds_per_step", "ratio_to_oracle"],
                      [[r, timing["seconds_per_step"][r], timing["ratio_to_oracle"][r]]
                       for r in timing["seconds_per_step"]]))
@@ -117,12 +117,12 @@ def render(body: dict, figures: dict[str, bytes]) -> str:
         parts.append(f"<h2>golden</h2><p>Against legacy pom2k's states in {escape(g['folder'])} "
                      f"at iint {', '.join(map(str, g['steps']))} (files beyond the run: "
                      f"{', '.join(map(str, g['beyond_run'])) or 'none'}): the largest max_rel of "
-                     "any array at each state.</p>" + _table(
+                     "any array at each state.</p>" + html_table(
                          ["run", *[f"iint {s}" for s in g["steps"]]],
                          [[r, *[max(by_step[str(s)].values()) for s in g["steps"]]]
                           for r, by_step in g["max_rel"].items()]))
     env = body["environment"]
-    parts.append("<h2>environment</h2>" + _table(
+    parts.append("<h2>environment</h2>" + html_table(
         ["item", "value"],
         [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in env.items()]
         + [["start", timing["start"]], ["end", timing["end"]]]))

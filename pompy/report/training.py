@@ -24,7 +24,7 @@ import netCDF4
 import torch
 
 from pompy.errors import InputError
-from pompy.report.page import STYLE, _img, _table
+from pompy.report.page import STYLE, html_img, html_table
 
 FILES = ("training_report.html", "training_report.json")
 # the dataset attributes shown as its provenance
@@ -140,8 +140,8 @@ def render(report: dict, losses_png: bytes, evaluation_png: Path) -> str:
     parts = [(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>pompy training report: "
               f"{escape(report['run'])}</title><style>{STYLE}</style></head><body>"),
              f"<h1>pompy training report: {escape(report['run'])}</h1>",
-             "<h2>losses</h2>", _img(losses_png, "loss curves"),
-             _table(["epoch", "train_loss", "test_loss", "BaselineLoss", "RatioToBaseline",
+             "<h2>losses</h2>", html_img(losses_png, "loss curves"),
+             html_table(["epoch", "train_loss", "test_loss", "BaselineLoss", "RatioToBaseline",
                      "LearningRate", "GradNorm", "SkippedSteps", "WallSeconds"],
                     [[e, c["train_loss"][i], c["test_loss"][i], c["BaselineLoss"][i],
                       c["RatioToBaseline"][i], c["LearningRate"][i], c["GradNorm"][i],
@@ -152,24 +152,24 @@ def render(report: dict, losses_png: bytes, evaluation_png: Path) -> str:
         parts.append(f"<p>not evaluated: pompy evaluate {escape(report['run'])} --data DATA</p>")
     else:
         if evaluation_png.is_file():
-            parts.append(_img(evaluation_png.read_bytes(), "evaluation"))
+            parts.append(html_img(evaluation_png.read_bytes(), "evaluation"))
         parts.append(f"<p>held-out members {ev['members']}, {ev['cycles']} correction cycles, "
                      f"checkpoint {escape(ev['checkpoint'])}; worst ratio_to_baseline "
                      f"{max(ev['ratio_to_baseline']):.4g}</p>")
-        parts.append(_table(["lead_seconds", "ratio_to_baseline", "corrected_loss",
+        parts.append(html_table(["lead_seconds", "ratio_to_baseline", "corrected_loss",
                              "uncorrected_loss"],
                             [[lead, ev["ratio_to_baseline"][i], ev["corrected_loss"][i],
                               ev["uncorrected_loss"][i]]
                              for i, lead in enumerate(ev["lead_seconds"])]))
     cert = report["certificate"]
     parts += ["<h2>certificate</h2>",
-              _table(["id", "key"], [[cert.get("id", "-"),
+              html_table(["id", "key"], [[cert.get("id", "-"),
                                       json.dumps(cert.get("key", {}), sort_keys=True)]]),
               "<h2>data provenance</h2>",
-              _table(["attribute", "value"], [[k, str(v)] for k, v in
+              html_table(["attribute", "value"], [[k, str(v)] for k, v in
                                               report["provenance"].items()]),
               "<h2>options</h2>",
-              _table(["option", "value"], [[k, str(v)] for k, v in report["options"].items()]),
+              html_table(["option", "value"], [[k, str(v)] for k, v in report["options"].items()]),
               "</body></html>"]
     return "\n".join(parts)
 

@@ -29,6 +29,7 @@ import importlib
 _EXPORTS = {
     "InputError": "pompy.errors",
     "TrainSettings": "pompy.settings", "build_parser": "pompy.train.cli",
+    "parse_settings": "pompy.train.cli",
     "check_output": "pompy.train.checks", "parse_learn": "pompy.settings.train",
     "parse_loss_weights": "pompy.settings.train",
     "TrainingData": "pompy.train.data", "Correctors": "pompy.train.correctors",

@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_settings(argv: Sequence[str] | None = None) -> TrainSettings:
+    """The settings of a ``python -m pompy.train`` command line (defaults,
+    the config's &train group, the flags), checked."""
+    return settings.from_parsed(TrainSettings, build_parser().parse_args(argv))
+
+
 def main(argv: Sequence[str] | None = None, *, leave: bool = False) -> int:
     """``python -m pompy.train``. ``leave``: end the process with the status
     once the trainer is cleaned up, before Python tears its objects down

@@ -1,6 +1,6 @@
 """The verification's results: :class:`Check` (one line of the table and
 of the certificate), the relative error every comparison measures, and
-:class:`_Worst`, the worst field of a comparison against its own bar."""
+:class:`WorstField`, the worst field of a comparison against its own bar."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +46,7 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-def _within(figure: float, tolerance: float) -> bool:
+def within(figure: float, tolerance: float) -> bool:
     return bool(figure <= tolerance)            # a NaN fails
 
 
@@ -66,7 +66,7 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> tuple[float, tuple[int,
     return (err / scale if scale > 0 else err), tuple(int(x) + 1 for x in where)
 
 
-class _Worst:
+class WorstField:
     """The worst field of a comparison, relative to its own tolerance."""
 
     def __init__(self):
@@ -80,7 +80,7 @@ class _Worst:
 
     def check(self, suite: str, name: str, **measured) -> Check:
         return Check(suite, name, self.figure, self.tolerance,
-                     _within(self.figure, self.tolerance), self.where, measured)
+                     within(self.figure, self.tolerance), self.where, measured)
 
 
 def reported(checks, report) -> list[Check]:

@@ -26,7 +26,7 @@ from pompy.verify.checks import Check, crashed, reported
 from pompy.verify.gradients import GD, GRAD_EPS, check_gradients, gradient_check, scalar_objective
 from pompy.verify.routines import SECTIONS, routine_forward, section_forward
 from pompy.verify.run import developed
-from pompy.verify.states import _tensors, random_state
+from pompy.verify.states import as_tensors, random_state
 
 SWITCH_REL = 1e-4        # kinks must stay put under 100x gradcheck's step
 STATE_TRIES = 3          # seeds tried for a state whose kinks stay put
@@ -38,7 +38,7 @@ def grad_state(oracle, config: Config, seed: int, land: float, device) -> tuple[
     """random_state as float64 tensors on the device, the transports utb,
     utf (vtb, vtf) masked by dum (dvm) as the external mode leaves them."""
     params, s = random_state(seed, config, oracle, land=land)
-    s = _tensors(s, GD, device)
+    s = as_tensors(s, GD, device)
     for name, mask in (("utb", "dum"), ("utf", "dum"), ("vtb", "dvm"), ("vtf", "dvm")):
         s[name] = s[name] * s[mask]
     return s, params

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.autograd import forward_ad
 
-from pompy.verify.checks import Check, _within
+from pompy.verify.checks import Check, within
 
 GD = torch.float64
 GRAD_EPS, GRAD_ATOL, GRAD_RTOL = 1e-6, 1e-5, 1e-3      # torch.autograd.gradcheck's
@@ -175,7 +175,7 @@ def gradient_check(suite: str, name: str, m: dict[str, Any], extra: str = "") ->
         problems.append("non-finite gradient")
     if m["unused_inputs"]:
         problems.append(f"{m['unused_inputs']} inputs unused")
-    passed = not problems and _within(m["directional"], 1.0)
+    passed = not problems and within(m["directional"], 1.0)
     detail = "; ".join(problems) or (f"{m['gradcheck_mode']} gradcheck; forward mode "
                                      f"{m['forward_mode']:.1e}")
     return Check(suite, name, m["directional"], 1.0, passed, (extra + "; " if extra else "") + detail,

@@ -33,9 +33,9 @@ from pompy import cores
 from pompy.config import Config
 from pompy.core.external.implicit import SemiImplicit
 from pompy.core.external.split import SplitExplicit
-from pompy.verify.checks import Check, _Worst, crashed, relative_error, reported
+from pompy.verify.checks import Check, WorstField, crashed, relative_error, reported
 from pompy.verify.routines import section_forward, torch_routine
-from pompy.verify.states import (_numpy, _tensors, coordinates_state, open_state, random_state,
+from pompy.verify.states import (as_numpy, as_tensors, coordinates_state, open_state, random_state,
                                  smol_parity_state)
 from pompy.verify.twins import has_twin
 
@@ -237,12 +237,12 @@ def compare_routine(case: ParityCase, oracle, state: dict, params: dict, dtype, 
 
     name = case.routine
     want = oracle.call(case.call, state, params)
-    out, binding = invoke(torch_routine(name), case.call, _tensors(state, dtype, device), params)
+    out, binding = invoke(torch_routine(name), case.call, as_tensors(state, dtype, device), params)
     sig = oracle.signature(bind(case.call)[0])
     inout = tuple(a for a in sig.args if a in sig.inout)
     if tuple(out._fields) != inout:
         raise ValueError(f"torch {name} returns {out._fields}, the oracle writes {inout}")
-    got = {binding.get(a, a): _numpy(getattr(out, a)) for a in inout}
+    got = {binding.get(a, a): as_numpy(getattr(out, a)) for a in inout}
     return {k: relative_error(got[k], want[k]) for k in want}
 
 
@@ -251,7 +251,7 @@ def compare_section(name: str, fn: Callable, oracle, state: dict, params: dict, 
     """A main-program section (fn(s, p) -> state) against the oracle
     routine ``name``: every array it writes, and its scalar outputs."""
     want = oracle.call(name, state, params)
-    got = fn(_tensors(state, dtype, device), dict(params))
+    got = fn(as_tensors(state, dtype, device), dict(params))
     errors = {}
     if "cg_residual" in want:       # the solver's: each within its tolerance (tiny, not comparable)
         limit = params["cg_tol"] * (1 + 1e-9)
@@ -263,7 +263,7 @@ def compare_section(name: str, fn: Callable, oracle, state: dict, params: dict, 
             if isinstance(w, np.ndarray):         # an array the torch section does not write
                 errors[key] = (math.inf, ())
             continue                              # a scalar only the Fortran reports (a count)
-        errors[key] = relative_error(np.asarray(_numpy(g)), np.asarray(w))
+        errors[key] = relative_error(np.asarray(as_numpy(g)), np.asarray(w))
     return errors
 
 
@@ -272,7 +272,7 @@ def _fortran_cg(oracle) -> Callable:
     dtype): implicit_step with one solver shared is the step alone."""
     def solve(a, b, tol, maxiter):
         def f(t):
-            return np.asfortranarray(_numpy(t))
+            return np.asfortranarray(as_numpy(t))
         x = np.zeros(tuple(b.shape), order="F")
         residual, _ = oracle.module.cg_solve(f(a.diag), f(a.cx), f(a.cy), f(a.active.double()),
                                              f(b), tol, maxiter, x)
@@ -334,7 +334,7 @@ def _coverage() -> Check:
 def _routine_check(case: ParityCase, oracle, states: list, dtype, device) -> Check:
     """One case on every state: its worst field against its bar."""
     f32 = dtype == torch.float32
-    worst = _Worst()
+    worst = WorstField()
     try:
         for sample, params, state in states:
             p = dict(params, **dict(case.params))
@@ -352,7 +352,7 @@ def _section_check(section: Section, oracle, states: list, dtype, device) -> Che
     f32 = dtype == torch.float32
     label, name, overrides = section
     fn = section_forward(name, solver=_fortran_cg(oracle))
-    worst = _Worst()
+    worst = WorstField()
     try:
         for sample, params, state in states:
             s = state
@@ -401,7 +401,7 @@ def _setup_check(config: Config, problem: str, iproblem: int, seed: int, samples
     from pompy.core import setup
     from pompy.oracle.driver import new_state
 
-    worst = _Worst()
+    worst = WorstField()
     try:
         runs = range(seed, seed + samples) if iproblem == 3 else [None]
         for sample in runs:
@@ -410,7 +410,7 @@ def _setup_check(config: Config, problem: str, iproblem: int, seed: int, samples
             want = new_state(c)
             got = setup.set_up(c)
             for name in want:
-                err, where = relative_error(_numpy(got[name]), want[name])
+                err, where = relative_error(as_numpy(got[name]), want[name])
                 worst.add(err, F64_TOL, f"{name} at {where}"
                           + ("" if sample is None else f", seed {sample}"))
         return worst.check("parity", _setup_name(problem),

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.autograd import forward_ad
 
-from pompy.verify.checks import Check, _within, reported
+from pompy.verify.checks import Check, within, reported
 
 POLICY_LAYER = "pompy_verify_layer"      # a layer with no built-in policy
 
@@ -119,7 +119,7 @@ def _policy_check(name: str, op, ordinary: float, bottom: float, policy, want, d
         detail = f"got {got.tolist()}, expected {list(want)} (ordinary, bottom)"
     except Exception as exc:
         figure, detail = math.inf, f"{type(exc).__name__}: {exc}"
-    return Check("policies", _op_check_name(policy, name), figure, rtol, _within(figure, rtol),
+    return Check("policies", _op_check_name(policy, name), figure, rtol, within(figure, rtol),
                  detail)
 
 
@@ -168,7 +168,7 @@ def _forward_mode_check(device, dtype, rtol) -> Check:
             problems.append(f"{name}: CLAMP accepted in forward mode")
         except RuntimeError:
             refused += 1
-    ok = _within(worst, rtol) and not problems
+    ok = within(worst, rtol) and not problems
     return Check("policies", FORWARD_MODE, worst, rtol, ok,
                  "; ".join(problems) or f"CLAMP refused by {refused} ops",
                  {"clamp_refused": refused})

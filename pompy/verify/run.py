@@ -26,7 +26,7 @@ import torch
 from pompy import cores, variables
 from pompy.config import Config
 from pompy.cores import CoreSpec
-from pompy.verify.checks import Check, _within, _Worst, crashed, relative_error, reported
+from pompy.verify.checks import Check, within, WorstField, crashed, relative_error, reported
 from pompy.verify.twins import has_twin, oracle_model
 
 RUN_F64_TOL = 1e-10      # whole runs, float64
@@ -81,7 +81,7 @@ def _twin_check(config: Config, spec: CoreSpec, oracle, device, dtype, steps: in
     tol = RUN_F32_TOL if f32 else RUN_F64_TOL + (IMPLICIT_COND * config.cg_tol
                                                 if spec.solver else 0.0)
     name = _twin_check_name(spec)
-    worst = _Worst()
+    worst = WorstField()
     try:
         model = oracle_model(config, spec)
         torch_core = spec.core(config, device=device, dtype=dtype)
@@ -94,7 +94,7 @@ def _twin_check(config: Config, spec: CoreSpec, oracle, device, dtype, steps: in
             torch_core.run_time_loop()
         model.advance(steps)
         got = torch_core.numpy_state()
-        diagnostic = _Worst()
+        diagnostic = WorstField()
         for field in variables.VARIABLES:          # every model variable, work arrays aside
             err, where = relative_error(got[field], model.state[field])
             gated = not f32 or variables.VARIABLES[field].prognostic
@@ -158,7 +158,7 @@ def _continuity_check(config: Config, spec: CoreSpec, device) -> Check:
         interior[1:-1, 1:-1] = True
         interior &= s0["fsm"] > 0
         figure = float((change - want)[interior].abs().max() / s0["h"].max())
-        return Check("run", name, figure, CONTINUITY_TOL, _within(figure, CONTINUITY_TOL),
+        return Check("run", name, figure, CONTINUITY_TOL, within(figure, CONTINUITY_TOL),
                      "max |el change - continuity| / max h, interior wet cells")
     except Exception as exc:
         return crashed("run", name, CONTINUITY_TOL, exc)
@@ -196,5 +196,5 @@ def _operator_checks(core) -> Iterator[Check]:
     want = torch.from_numpy(want.reshape(tuple(b.shape)[::-1]).T.copy())
     x, res = cg.solve(a, b, 1e-13, max(200, int(a.active.sum()) * 2))
     figure = float((x - want).abs().max() / want.abs().max())
-    yield Check("run", SOLVER, figure, CG_TOL, _within(figure, CG_TOL),
+    yield Check("run", SOLVER, figure, CG_TOL, within(figure, CG_TOL),
                 f"relative residual {float(res):.2e}", {"residual": float(res)})

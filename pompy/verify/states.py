@@ -4,7 +4,7 @@ tests): :func:`random_state` (steep random topography with land and walls,
 noisy spacings, masks from the oracle's areas_masks, stratified T/S, flows
 of both signs) and the variants some routines need (open boundaries,
 smol_adif's inputs, grid_coordinates' arrays); Fortran-ordered float64
-numpy, moved to torch by :func:`_tensors`."""
+numpy, moved to torch by :func:`as_tensors`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -157,10 +157,10 @@ def coordinates_state(state: dict, seed: int) -> dict:
     return dict(state, **extra)
 
 
-def _tensors(state: Mapping, dtype: torch.dtype, device: torch.device) -> dict:
+def as_tensors(state: Mapping, dtype: torch.dtype, device: torch.device) -> dict:
     return {k: torch.as_tensor(np.ascontiguousarray(v), dtype=dtype, device=device)
             for k, v in state.items() if isinstance(v, np.ndarray)}
 
 
-def _numpy(x) -> Any:
+def as_numpy(x) -> Any:
     return x.detach().to("cpu", torch.float64).numpy() if torch.is_tensor(x) else x

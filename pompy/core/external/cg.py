@@ -58,7 +58,7 @@ from torch.autograd import forward_ad
 
 from pompy import compat
 from pompy.core.external import multigrid
-from pompy.core.external.stencil import FivePoint, _apply, _Interior, _interior, apply
+from pompy.core.external.stencil import FivePoint, Interior, apply, apply_interior, interior_of
 from pompy.errors import NotConverged
 from pompy.ops import xm, ym
 from pompy.utils.safety import requires_grad
@@ -91,13 +91,13 @@ def _member_dots(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum((-2, -1), keepdim=True)
 
 
-def _true_residual(v: _Interior, b: Tensor, x: Tensor, scale: Tensor, dot=_dot) -> Tensor:
+def _true_residual(v: Interior, b: Tensor, x: Tensor, scale: Tensor, dot=_dot) -> Tensor:
     """|b - A x| / |b| recomputed from x: the recurrence's residual drifts
     from it by rounding (measured: float32 reported 1e-13 where the true
     one was 2e-6; float64 at cg_tol 1e-17, 7e-18 against 1.3e-14), so the
     solves report this one, which no tolerance below the arithmetic's
     floor can pass."""
-    r = b - _apply(v, x)
+    r = b - apply_interior(v, x)
     return torch.sqrt(dot(r, r) / scale)
 
 
@@ -106,8 +106,8 @@ def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = No
     """Fixed-budget CG with converged entries frozen: (x, the true
     |b - A x|/|b|)."""
     x = torch.zeros_like(b) if x is None else x
-    v = _interior(a)
-    r = b - _apply(v, x)
+    v = interior_of(a)
+    r = b - apply_interior(v, x)
     p = r
     rr = _dot(r, r)
     bb = _dot(b, b)
@@ -115,7 +115,7 @@ def _cg(a: FivePoint, b: Tensor, tol: float, maxiter: int, x: Tensor | None = No
     one = torch.ones_like(rr)
     for _ in range(maxiter):
         going = rr > limit
-        ap = _apply(v, p)
+        ap = apply_interior(v, p)
         pap = _dot(p, ap)
         alpha = torch.where(going, rr / torch.where(pap != 0, pap, one), 0 * one)
         x = x + alpha * p
@@ -273,7 +273,7 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int | No
         check_every = CHECK_EVERY[preconditioner]
     with torch.no_grad():
         precondition = _preconditioner(a, preconditioner)
-        v = _interior(a)
+        v = interior_of(a)
         state = _pcg_start(precondition, b)
         bb = float(_dot(b, b)) or 1.0
         limit = tol * tol * bb
@@ -295,13 +295,13 @@ def _pcg_start(precondition: Callable[[Tensor], Tensor], b: Tensor, dot=_dot
     return torch.zeros_like(b), b.clone(), z, z, dot(b, z)
 
 
-def _pcg_iterations(v: _Interior, precondition: Callable[[Tensor], Tensor], x: Tensor,
+def _pcg_iterations(v: Interior, precondition: Callable[[Tensor], Tensor], x: Tensor,
                     r: Tensor, z: Tensor, p: Tensor, rz: Tensor, n: int, dot=_dot
                     ) -> tuple[Tensor, ...]:
     """n PCG iterations from (x, r, z, p, rz); of members with ``dot``
     :func:`_member_dots`."""
     for _ in range(n):
-        ap = _apply(v, p)
+        ap = apply_interior(v, p)
         pap = dot(p, ap)
         alpha = rz / torch.where(pap != 0, pap, torch.ones_like(pap))
         x = x + alpha * p
@@ -327,7 +327,7 @@ def pcg_members(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: 
     if check_every is None:
         check_every = CHECK_EVERY[preconditioner]
     with torch.no_grad():
-        v = _interior(a)
+        v = interior_of(a)
         if preconditioner == "jacobi":          # elementwise: the members' at once
             precondition = _preconditioner(a, preconditioner)
         else:

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pompy.core.external.stencil import FivePoint, _apply, _Interior, _interior
+from pompy.core.external.stencil import FivePoint, Interior, apply_interior, interior_of
 
 # Gauss-Seidel sweeps (red and black) before and after each coarse correction
 SWEEPS = 2
@@ -64,7 +64,7 @@ SWEEPS_COARSEST = 2
 class Level(NamedTuple):
     """One grid of the hierarchy, with what its cycle reads."""
     a: FivePoint
-    stencil: _Interior     # a's coefficients as cg._apply reads them
+    stencil: Interior     # a's coefficients as cg.apply_interior reads them
     red: Tensor            # 1/diag on the cells of (i + j) even, the first colour; 0 elsewhere
     black: Tensor          # likewise on the other cells (land and the ring: 1, identity rows)
     active: Tensor         # a.active's interior (what restriction sums)
@@ -79,7 +79,7 @@ def _level(a: FivePoint) -> Level:
     red = (i + j) % 2 == 0
     inverse = torch.where(a.active, 1.0 / a.diag, torch.ones_like(a.diag))
     zero = torch.zeros_like(inverse)
-    return Level(a, _interior(a), torch.where(red, inverse, zero), torch.where(red, zero, inverse),
+    return Level(a, interior_of(a), torch.where(red, inverse, zero), torch.where(red, zero, inverse),
                  a.active[1:im - 1, 1:jm - 1], factors)
 
 
@@ -146,7 +146,7 @@ def _sweep(level: Level, x: Tensor, r: Tensor, colour: Tensor) -> Tensor:
     """A Gauss-Seidel half-sweep of A x = r on the cells of one colour
     (``colour``: their 1/diag, 0 on the others; a cell's neighbours all
     have the other colour)."""
-    return x + colour * (r - _apply(level.stencil, x))
+    return x + colour * (r - apply_interior(level.stencil, x))
 
 
 def _smooth(level: Level, x: Tensor, r: Tensor, sweeps: int, first: Tensor, second: Tensor
@@ -170,7 +170,7 @@ def v_cycle(levels: list[Level], r: Tensor, k: int = 0) -> Tensor:
         x = _presmooth(level, r, SWEEPS_COARSEST)
         return _smooth(level, x, r, SWEEPS_COARSEST, level.black, level.red)
     x = _presmooth(level, r, SWEEPS)
-    coarse = v_cycle(levels, restrict(r - _apply(level.stencil, x), level), k + 1)
+    coarse = v_cycle(levels, restrict(r - apply_interior(level.stencil, x), level), k + 1)
     x = x + prolong(coarse, level)
     return _smooth(level, x, r, SWEEPS, level.black, level.red)
 

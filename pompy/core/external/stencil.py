@@ -23,7 +23,7 @@ class FivePoint(NamedTuple):
         return apply(self, x)
 
 
-class _Interior(NamedTuple):
+class Interior(NamedTuple):
     """A FivePoint's coefficients on the interior i = 2..imm1, j = 2..jmm1
     (views), each as the stencil reads it: the loop invariants of a solve."""
     im: int
@@ -36,15 +36,15 @@ class _Interior(NamedTuple):
     active: Tensor     # active(i,j)
 
 
-def _interior(a: FivePoint) -> _Interior:
+def interior_of(a: FivePoint) -> Interior:
     """Of one system (im, jm), or of members (a leading dimension)."""
     im, jm = a.diag.shape[-2:]
     I, J = slice(1, im - 1), slice(1, jm - 1)          # span(2, imm1), span(2, jmm1)
-    return _Interior(im, jm, a.diag[..., I, J], a.cx[..., I, J], a.cx[..., 2:im, J],
+    return Interior(im, jm, a.diag[..., I, J], a.cx[..., I, J], a.cx[..., 2:im, J],
                      a.cy[..., I, J], a.cy[..., I, 2:jm], a.active[..., I, J])
 
 
-def _apply(v: _Interior, x: Tensor) -> Tensor:
+def apply_interior(v: Interior, x: Tensor) -> Tensor:
     """A x on the interior (pom2k's ranges, as views), x on the boundary ring;
     of members (x with a leading dimension) outside autograd only: they
     are written in place of a copy, where one system goes through put,
@@ -65,4 +65,4 @@ def apply(a: FivePoint, x: Tensor) -> Tensor:
     """A x (the module docstring), computed on the interior i = 2..imm1,
     j = 2..jmm1 that holds the active cells; the boundary ring is the
     identity (A x = x)."""
-    return _apply(_interior(a), x)
+    return apply_interior(interior_of(a), x)
