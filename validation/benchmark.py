@@ -421,6 +421,12 @@ def main(argv=None) -> None:
               f"{statistics.median(oracle_times) * 1e3:.1f} | 1 | | | {load()} |")
         print("\n".join(rows), flush=True)
 
+    print_tables(phases, io, calls, parity)
+
+
+def print_tables(phases: list, io: list, calls: list, parity: list) -> None:
+    """The tables after the timings: phases, output records, calls, data
+    classes, and the CUDA runs' difference from the CPU."""
     print()
     print("| grid | model | " + " | ".join(PHASES) + " | step | load avg |")
     print("|---|---|" + "---|" * (len(PHASES) + 2))

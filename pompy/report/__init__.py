@@ -152,6 +152,28 @@ def _records(oracle_file: Path, torch_file: Path) -> dict:
     return records
 
 
+def _add_comparisons(body: dict, res, runs) -> None:
+    """Each torch run against its oracle (largest differences, error
+    growth, records) and every run's conservation, into the report's body."""
+    for r in runs:
+        if r.kind != "oracle":
+            body["max_differences"][r.label] = _max_differences(res, r.label)
+            body["error_growth"][r.label] = {name: [_finite_or_text(x) for x in v]
+                                             for name, v in res.growth[r.label].items()}
+            body["records"][r.label] = _records(res.files[r.oracle], res.files[r.label])
+        body["conservation"][r.label] = {k: [_finite_or_text(x) for x in v]
+                                         for k, v in res.conservation[r.label].items()}
+
+
+def _golden_section(res, golden: Path, found, steps: int) -> dict:
+    """The runs against pom2k's golden output at the steps it has."""
+    return {"folder": str(golden), "steps": sorted(s for s in found if s <= steps),
+            "beyond_run": sorted(s for s in found if s > steps),
+            "max_rel": {label: {str(s): {n: _finite_or_text(v) for n, v in by_name.items()}
+                                for s, by_name in sorted(by_step.items())}
+                        for label, by_step in res.golden.items()}}
+
+
 def make_report(config: Config, config_file: str, names: list[str], output: Path,
                 golden: Path | None = None, overwrite: bool = False, command: str = "",
                 progress: bool = True) -> dict:
@@ -198,21 +220,9 @@ def make_report(config: Config, config_file: str, names: list[str], output: Path
         "error_growth": {},
         "conservation": {},
     }
-    for r in runs:
-        if r.kind != "oracle":
-            body["max_differences"][r.label] = _max_differences(res, r.label)
-            body["error_growth"][r.label] = {name: [_finite_or_text(x) for x in v]
-                                             for name, v in res.growth[r.label].items()}
-            body["records"][r.label] = _records(res.files[r.oracle], res.files[r.label])
-        body["conservation"][r.label] = {k: [_finite_or_text(x) for x in v]
-                                         for k, v in res.conservation[r.label].items()}
+    _add_comparisons(body, res, runs)
     if found:
-        body["golden"] = {
-            "folder": str(golden), "steps": sorted(s for s in found if s <= steps),
-            "beyond_run": sorted(s for s in found if s > steps),
-            "max_rel": {label: {str(s): {n: _finite_or_text(v) for n, v in by_name.items()}
-                                for s, by_name in sorted(by_step.items())}
-                        for label, by_step in res.golden.items()}}
+        body["golden"] = _golden_section(res, golden, found, steps)
     body["environment"] = env
     per_step = {label: s / steps for label, s in res.seconds.items()}
     ended = datetime.now(timezone.utc)
