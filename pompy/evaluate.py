@@ -10,7 +10,7 @@ them; ``--members`` names others), rolls out N correction cycles (default
 4 x the run's training horizon) of
 
 - the corrected physics: the trainer's own forward
-  (NPOMTrainerDDP.run_physics_multistep, the test phase's: networks in eval
+  (pompy.train.physics.run_hybrid, the test phase's: networks in eval
   mode) with the networks, normaliser and learned parameters of the run's
   checkpoint (default RUN/checkpoint_last.pt), and
 - the uncorrected physics: the same forward without networks or learned

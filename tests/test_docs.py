@@ -119,7 +119,7 @@ def module_parser(module: str):
         from pompy.cli import build_parser
         return build_parser()
     if module == "pompy.train":
-        from pompy.train.options import build_parser
+        from pompy.train.cli import build_parser
         return build_parser()
     if module == "pompy.generate":
         from pompy.generate import add_arguments
@@ -175,7 +175,7 @@ def test_commands_are_found():
 def test_every_shown_command_parses(page, command):
     """Each pompy command of README and the docs, with its flags, against
     the real parsers: pompy.cli.build_parser(), the trainer's
-    (pompy.train.options), the generator's and torchrun's."""
+    (pompy.train.cli, from pompy.settings), the generator's and torchrun's."""
     check_command(command)
 
 

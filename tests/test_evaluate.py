@@ -23,7 +23,7 @@ from test_train import (  # noqa: F401 - the fixtures made, made_reference, veri
 
 from pompy import cli
 from pompy.dataset import SnapshotDataset
-from pompy.evaluate import build_model, load_run, rollouts
+from pompy.evaluate import TrainedModel, load_run, rollouts
 
 CYCLES = 3
 
@@ -48,12 +48,12 @@ def test_the_uncorrected_rollout_is_a_pompy_run_of_the_member(trained, tmp_path)
     rollout, cycle by cycle, equals the records of `pompy run --core
     implicit` of the config, bit for bit; the corrected one differs."""
     run, data = trained
-    body, opts = load_run(run, None, None)
-    model = build_model(body, opts)
+    body, settings = load_run(run, None, None)
+    model = TrainedModel(body, settings)
     ds = SnapshotDataset(data, horizon=CYCLES)
     corrected, uncorrected, refs, lead = rollouts(model, ds, [0])
     assert lead == [480.0 * (n + 1) for n in range(CYCLES)]
-    assert cli.main(["run", opts["config"], "--core", "implicit", "--steps", str(2 * CYCLES),
+    assert cli.main(["run", str(settings.config), "--core", "implicit", "--steps", str(2 * CYCLES),
                      "--output-every", repr(480 / 86400), "--output", str(tmp_path)]) == 0
     with netCDF4.Dataset(tmp_path / "implicit_output.nc") as out:
         out.set_auto_mask(False)

@@ -1,6 +1,6 @@
 """Time and peak memory per batch of the trainer, per rank: one epoch's
 training and test batches, timed one by one (wall and this process's CPU
-time), then the process's peak RSS. Takes pompy.train's options:
+time), then the process's peak RSS. Takes pompy.train's settings:
 
     OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 --master_addr=127.0.0.1 \\
         validation/train_batch_cost.py --config configs/train_tiny.nml \\
@@ -21,13 +21,12 @@ from pompy import train
 
 
 def main(argv=None) -> None:
-    trainer = train.NPOMTrainerDDP(train.resolve_options(argv))
+    trainer = train.NPOMTrainerDDP(train.parse_settings(argv))
     try:
-        out = {"rank": trainer.global_rank, "world_size": trainer.world_size}
-        trainer.sampler.set_epoch(0)
-        for phase, loader, run in (("train", trainer.train_loader, trainer.run_single_train_batch),
-                                   ("test", trainer.test_loader or [],
-                                    trainer.run_single_test_batch)):
+        out = {"rank": trainer.dist.rank, "world_size": trainer.dist.world_size}
+        trainer.data.sampler.set_epoch(0)
+        for phase, loader, run in (("train", trainer.data.train_loader, trainer.train_batch),
+                                   ("test", trainer.data.test_loader or [], trainer.test_batch)):
             wall, cpu = [], []
             for ics, refs in loader:
                 start, cpu0 = time.perf_counter(), time.process_time()
