@@ -115,8 +115,7 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str,
                                  kb=kb, kl2=kb - 2, dte=8.0, isplit=30, cg_maxiter=maxiter)
     core = build_initialized_core(ImplicitCore, config, "cpu", torch.float64, checkpoint)
     with torch.no_grad():
-        core.iend = 2
-        core.run_time_loop()
+        core.advance(2)
     core.restore(core.capture())
     leaves = {n: core.state[n].clone().requires_grad_(True) for n in ("el", "t", "u")}
     core.inject(leaves)
@@ -128,7 +127,6 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str,
         saved[storage.data_ptr()] = storage.nbytes()
         routine.setdefault(storage.data_ptr(), running[-1])
         return t
-    core.iend = 2 + steps
     memory = MallocInUse()
     before = memory.now()
     memory.start()
@@ -138,7 +136,7 @@ def one_case(spec: str, steps: int, threads: int, checkpoint: str,
     # without a backward) through the output a node saves, a cycle
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) \
             if checkpoint == "none" else contextlib.nullcontext():
-        core.run_time_loop()
+        core.advance(2 + steps)
     forward, cpu1 = time.perf_counter() - start, time.process_time()
     kept, forward_peak = memory.now() - before, memory.peak - before
     total = core.u.square().sum() + core.el.square().sum() + core.t.sum()
