@@ -7,7 +7,8 @@ the trainer's gate answered by the stand-in as on the GPU's 360x240 grid;
 d: pompy verify), its Markdown tables and its JSON; a unit killed at its
 time box is reported, not fatal; what the CUDA-graph modes run (the step
 a graph captures, the stepping of Inductor's graphs) steps as the core
-does, to the bit, here without a GPU.
+does, to the bit, here without a GPU; (c)'s gate (gpu_train.CheckedGate)
+answers with a stand-in or refuses, as asked.
 """
 from __future__ import annotations
 
@@ -136,32 +137,42 @@ def test_a_unit_past_its_box_is_killed_and_reported(home, tmp_path):
     assert "killed at its box" in result.stdout
 
 
-def load_script():
+def load(name: str = "gpu_check"):
+    """validation/NAME.py as a module (gpu_check, the driver; gpu_units,
+    gpu_train, the units its children run)."""
+    import importlib
+
     sys.path.insert(0, str(SCRIPT.parent))
     try:
-        import gpu_check
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    return gpu_check
 
 
-@pytest.mark.parametrize("core", ["explicit", "implicit"])
-def test_what_cuda_graph_mode_captures_steps_as_the_core(core):
+@pytest.mark.parametrize("core,lramp", [("explicit", False), ("implicit", False),
+                                        ("explicit", True)])
+def test_what_cuda_graph_mode_captures_steps_as_the_core(core, lramp):
     """What the cuda-graph mode captures (step_in_place), run here without
     a capture: each call one more step, the state equal to the core's own
-    steps to the bit, every field."""
+    steps to the bit, every field; with the forcing ramp too (lramp: the
+    step's ramp as the core fixes it)."""
+    import dataclasses
+
     import torch
 
     from pompy.core.model import forward_only
 
-    gpu_check = load_script()
-    model = gpu_check.make_core(core, gpu_check.grid_config("16x12x6"), "cpu")
-    gpu_check.benchmark.run(model, 2, "cpu")
-    step, state = gpu_check.step_in_place(model)
+    units = load("gpu_units")
+    config = dataclasses.replace(units.grid_config("16x12x6"), lramp=lramp)
+    model = units.make_core(core, config, "cpu")
+    units.benchmark.run(model, 2, "cpu")
+    if lramp:
+        assert 0 < units.forcing_ramp(model, model.iint + 1) < 1
+    step, state = units.step_in_place(model)
     with forward_only(model):
         for _ in range(3):
             assert bool(step())
-    gpu_check.benchmark.run(model, 3, "cpu")
+    units.benchmark.run(model, 3, "cpu")
     assert model.iint == 5 and set(state) == set(model.state)
     assert [n for n in state if not torch.equal(state[n], model.state[n])] == []
 
@@ -172,17 +183,44 @@ def test_reduce_overhead_modes_stepping_steps_as_the_core():
     CUDA-graph step begun) on an eager core: the states of benchmark.run's."""
     import torch
 
-    gpu_check = load_script()
-    config = gpu_check.grid_config("16x12x6")
-    models = [gpu_check.make_core("explicit", config, "cpu") for _ in range(2)]
-    gpu_check.with_callback(gpu_check.next_cudagraph_step)(models[0], 2, "cpu", untimed=1)
-    gpu_check.benchmark.run(models[1], 2, "cpu", untimed=1)
+    units = load("gpu_units")
+    config = units.grid_config("16x12x6")
+    models = [units.make_core("explicit", config, "cpu") for _ in range(2)]
+    units.with_callback(units.next_cudagraph_step)(models[0], 2, "cpu", untimed=1)
+    units.benchmark.run(models[1], 2, "cpu", untimed=1)
     assert models[0].iint == models[1].iint == 3
     assert all(torch.equal(models[0].state[n], models[1].state[n]) for n in models[1].state)
 
 
+def test_the_trainers_gate_answers_with_a_stand_in_or_refuses(tmp_path, monkeypatch):
+    """(c)'s gate, where the set-up has no certificate (a POMPY_HOME without
+    any): a stand-in of the set-up's key, not passed, the refusal kept;
+    with --train-gate strict the refusal itself (the trainer's InputError)."""
+    import torch
+
+    from pompy.config import load_config
+    from pompy.errors import InputError
+
+    monkeypatch.setenv("POMPY_HOME", str(tmp_path))
+    gpu_train = load("gpu_train")
+    config = load_config(ROOT / "configs" / "train_tiny.nml")
+    asked = ("implicit", torch.device("cpu"), "float64", config)
+    gate = gpu_train.CheckedGate(strict=False)
+    assert gate.certified is None
+    found = gate(*asked, config_name="train_tiny.nml")
+    assert found["passed"] is False and found["stand_in"] == gpu_train.CheckedGate.STAND_IN
+    assert found["key"]["core"] == "implicit" and found["key"]["device"] == "cpu"
+    assert found["key"]["grid"] == f"{config.im}x{config.jm}x{config.kb}"
+    assert gate.certified is False
+    assert gate.refusal.startswith("no verification certificate for the implicit core")
+    strict = gpu_train.CheckedGate(strict=True)
+    with pytest.raises(InputError, match="no verification certificate"):
+        strict(*asked, config_name="train_tiny.nml")
+    assert strict.certified is False and strict.refusal == gate.refusal
+
+
 def test_bad_options_are_refused():
-    gpu_check = load_script()
+    gpu_check = load()
     for argv in (["--parts", "a,z"], ["--modes", "eager,fast"], ["--cores", "pom"],
                  ["--grids", "16x12"], ["--steps", "0"], ["--train-config", "no.nml"]):
         with pytest.raises(SystemExit) as stop:

@@ -43,10 +43,11 @@ measured by then); ``--parts`` runs some of them:
                        thread): the ratio is the median of the paired
                        windows' ratios
       cuda-graph       one internal step captured with torch.cuda.graph
-                       (the core's pass without its host reads, check=False,
-                       the new state copied over the captured inputs inside
-                       the graph) and replayed; the state after the replays
-                       compared with the eager core's after the same steps
+                       (the core's pass from its public parts, nothing read
+                       on the host: gpu_units.step_in_place; the new state
+                       copied over the captured inputs inside the graph)
+                       and replayed; the state after the replays compared
+                       with the eager core's after the same steps
       compiled         pompy's whole-step graphs (``compile=True``,
                        ``pompy run --compile``); the first steps compile
                        (warm-up, reported)
@@ -67,21 +68,24 @@ measured by then); ``--parts`` runs some of them:
 (c) a training batch: ``--train-config`` (configs/train_360x240.nml), its
     data made with ``pompy generate`` (the config's own reference, its
     &generate group; one member, the snapshots of ``--train-batches``
-    samples), then NPOMTrainerDDP in a process that joins a
+    samples), then NPOMTrainerDDP (its &train settings read by
+    pompy.settings) given a pompy.distributed.Distributed that joins a
     torch.distributed group of world size 1 (NCCL on CUDA, gloo on the
-    CPU) and wraps its networks in DDP, as each rank of a torchrun launch
-    does (the trainer itself makes no group at WORLD_SIZE 1: ``torchrun
-    --nproc_per_node 1`` runs it as a plain process, which is also what
-    this part measures if the group cannot be made, saying why); then
-    ``--train-batches`` (2) calls of run_single_train_batch: the seconds
-    of each and its peak memory (torch.cuda.max_memory_allocated, and
-    max_memory_reserved; on the CPU the process's peak RSS). The trainer's
-    gate is asked first: with a passed certificate for the set-up the
-    batches run under it; without one (verifying the 360x240 grid is not
-    part of this check: ``pompy verify configs/train_360x240.nml --core
-    implicit --device cuda`` makes one) the measuring process answers the
-    gate with a stand-in, reported as ``certified: false`` with the
-    trainer's refusal (``--train-gate strict``: no batch then).
+    CPU), whose networks the trainer then wraps in DDP, as each rank of a
+    torchrun launch does (a plain Distributed makes no group at WORLD_SIZE
+    1: ``torchrun --nproc_per_node 1`` runs the trainer as a plain
+    process, which is also what this part measures if the group cannot be
+    made, saying why); then ``--train-batches`` (2) calls of the trainer's
+    train_batch: the seconds of each and its peak memory
+    (torch.cuda.max_memory_allocated, and max_memory_reserved; on the CPU
+    the process's peak RSS). The trainer is given a gate (its ``gate=``)
+    that asks for the certificate first: with a passed certificate for the
+    set-up the batches run under it; without one (verifying the 360x240
+    grid is not part of this check: ``pompy verify
+    configs/train_360x240.nml --core implicit --device cuda`` makes one)
+    the gate answers with a stand-in, reported as ``certified: false``
+    with the refusal (``--train-gate strict``: the gate refuses, no batch
+    then).
 (d) the certificate run, as a user types it: ``pompy verify
     --verify-config (configs/train_tiny.nml) --core implicit --device
     DEVICE``: its checks passed of all, its seconds (and the suites').
@@ -90,6 +94,10 @@ measured by then); ``--parts`` runs some of them:
 tiny grid: tests/test_gpu_check.py); there the "device" runs of (a) are
 a second CPU run (differences exactly 0). ``--json PATH`` writes every
 figure; stdout has one Markdown table per part.
+
+This file is the driver (the parts, their boxes, the budget, the tables
+and the report); the units its child processes run (``--unit KIND``)
+are validation/gpu_units.py ((a), (b)) and validation/gpu_train.py ((c)).
 """
 from __future__ import annotations
 
@@ -99,10 +107,8 @@ import math
 import os
 import platform
 import re
-import resource
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -113,6 +119,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark  # validation/benchmark.py: its set-up, windows and comparisons
+import gpu_train  # the unit of (c)
+import gpu_units  # the units of (a) and (b), and what every unit shares
 
 PARTS = ("a", "b", "c", "d")
 ORDER = ("a", "d", "c", "b")           # b last: its compiled rows take what is left
@@ -124,436 +132,14 @@ MODES = ("eager", "cuda-graph", "compiled", "reduce-overhead")
 COMPILED_MODES = ("compiled", "reduce-overhead")
 MIN_UNIT_S = 20.0       # (b) a unit is not started with less time than this left
 MIN_PART_S = 5.0        # nor a part
-RESULT = "GPU_CHECK_RESULT "          # a child's result lines on stdout
-SKIPPING = "skipping cudagraphs"     # Inductor's reason for a graph run without one
 
 
 # ======================================================================
-# children: each unit runs in a process of its own and prints its results
-# as they come (RESULT + JSON), so that a unit killed at its box still
-# reports what it measured
-
-
-def emit(**result) -> None:
-    print(RESULT + json.dumps(result, default=float), flush=True)
-
-
-def error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:400] if text else type(exc).__name__
-
-
-def device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(device)
-    return platform.processor() or platform.machine()
-
-
-def make_core(name: str, config, device: str, compile: bool = False):
-    """The core ``name`` set up (iint 0), float64."""
-    import torch
-
-    from pompy import cores
-
-    core = cores.get(name).make(config, device=device, dtype=torch.float64, compile=compile)
-    core.run_initialization()
-    return core
-
-
-def grid_config(spec: str):
-    """benchmark.grid_config, but for a grid too shallow for the seamount's
-    kl1 (6): kl1 then kb-3, at least 2 (16x12x6: 3)."""
-    import dataclasses
-
-    from pompy.config import load_config
-
-    im, jm, kb = (int(x) for x in spec.split("x"))
-    seamount = load_config(benchmark.CONFIG)
-    kl1 = max(2, min(seamount.kl1, kb - 3))
-    if kl1 == seamount.kl1:
-        return benchmark.grid_config(spec)
-    return dataclasses.replace(seamount, im=im, jm=jm, kb=kb, kl1=kl1, kl2=kb - 2, days=1.0)
-
-
-def parity_config(spec: str):
-    from pompy.config import load_config
-
-    if spec == "seamount":
-        return load_config(benchmark.CONFIG)
-    return grid_config(spec)
-
-
-def unit_parity(spec: dict) -> None:
-    """(a): each core ``steps`` steps on the CPU and on the device, float64."""
-    from pompy import variables
-
-    config = parity_config(spec["grid"])
-    names = variables.names("prognostic")
-    emit(kind="device", name=device_name(spec["device"]),
-         grid=f"{config.im}x{config.jm}x{config.kb}")
-    for core in spec["cores"]:
-        try:
-            cpu = make_core(core, config, "cpu")
-            cpu_s = benchmark.run(cpu, spec["steps"], "cpu") * spec["steps"]
-            dev = make_core(core, config, spec["device"])
-            dev_s = benchmark.run(dev, spec["steps"], spec["device"]) * spec["steps"]
-            fields = {n: benchmark.largest_difference(dev.state, cpu.state, [n])[0]
-                      for n in names if n in cpu.state}
-            worst = max(fields, key=fields.get)
-            emit(kind="parity", core=core, steps=spec["steps"], fields=fields,
-                 worst=fields[worst], worst_field=worst, cpu_s=cpu_s, device_s=dev_s)
-        except Exception as exc:            # a stop or a fault: reported, the next core runs
-            emit(kind="parity", core=core, steps=spec["steps"], error=error_text(exc))
-
-
-class TwinOracle:
-    """benchmark.Oracle for either core's Fortran twin: its run stepped on
-    from one timed window to the next."""
-
-    def __init__(self, config, core: str):
-        from pompy.oracle.driver import new_state, run_steps
-
-        self.run_steps = run_steps
-        self.config, self.core, self.state = config, core, new_state(config)
-        self.iint = benchmark.WARMUP
-        run_steps(self.state, config, 1, benchmark.WARMUP, core=core)
-
-    def time(self, steps: int) -> float:
-        """Seconds per step of ``steps`` more steps, after an untimed one."""
-        import gc
-
-        self.run_steps(self.state, self.config, self.iint + 1, self.iint + 1, core=self.core)
-        gc.collect()
-        start = time.perf_counter()
-        self.run_steps(self.state, self.config, self.iint + 2, self.iint + steps + 1,
-                       core=self.core)
-        self.iint += steps + 1
-        return (time.perf_counter() - start) / steps
-
-
-def warmed(core_name: str, config, device: str, compile: bool = False):
-    """A core after benchmark.WARMUP steps, and their seconds."""
-    core = make_core(core_name, config, device, compile)
-    start = time.perf_counter()
-    benchmark.run(core, benchmark.WARMUP, device)
-    return core, time.perf_counter() - start
-
-
-def versus_eager(core, core_name: str, config, device: str) -> float:
-    """The largest prognostic difference of ``core`` from an eager core of
-    the same steps on the same device."""
-    from pompy import variables
-
-    eager = make_core(core_name, config, device)
-    benchmark.run(eager, core.iint, device)
-    return benchmark.largest_difference(core.state, eager.state,
-                                        variables.names("prognostic"))[0]
-
-
-def step_in_place(core):
-    """(step, state): ``step()`` advances ``state``, a copy of ``core``'s, by
-    one internal step (iint+1 of ``core``, as every step after the first)
-    in place and returns the step's may-go-on flag, a tensor: the core's
-    pass without its host reads (check=False), the new state copied over
-    ``state`` (a new value that is an input, a time level passed on, copied
-    before any input is written). What cuda-graph mode captures."""
-    iint = core.iint + 1
-    fixed = core._fixed(iint)
-    state = {k: v.clone() for k, v in core.state.items()}
-    inputs = {v.untyped_storage().data_ptr() for v in state.values()}
-
-    def step():
-        new, _, going = core._advance(state, iint, *fixed, check=False)
-        staged = {k: (v.clone() if v.untyped_storage().data_ptr() in inputs else v)
-                  for k, v in new.items() if k in state and v is not state[k]}
-        for k, v in staged.items():
-            state[k].copy_(v)
-        return going
-    return step, state
-
-
-def capture_step(core):
-    """step_in_place(core) captured as a CUDA graph, after one step run
-    eagerly on a side stream (lazy initialisations outside the capture):
-    (graph, the state each replay steps, the flag)."""
-    import torch
-
-    step, state = step_in_place(core)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        going = step()
-    return graph, state, going
-
-
-def cuda_graph_row(core, core_name: str, config, spec: dict) -> dict:
-    """The cuda-graph mode on the eager ``core`` (left ``steps`` steps on)."""
-    import torch
-
-    from pompy import variables
-    from pompy.core.model import forward_only
-
-    device, steps = spec["device"], spec["steps"]
-    if not device.startswith("cuda"):
-        return dict(status="not run", reason="CUDA graphs need a CUDA device (--device cpu)")
-    try:
-        with forward_only(core):
-            start = time.perf_counter()
-            graph, state, going = capture_step(core)
-            graph.replay()                   # the first replay: uploads the graph
-            torch.cuda.synchronize()
-            capture_s = time.perf_counter() - start
-            times = []
-            for _ in range(spec["rounds"]):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(steps):
-                    graph.replay()
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) / steps)
-            replays = 2 + steps * spec["rounds"]      # the side stream's step, the first replay
-            finite = bool(going)
-        benchmark.run(core, replays, device)      # the eager core, the same steps
-        diff = benchmark.largest_difference(state, core.state, variables.names("prognostic"))[0]
-        del graph
-        return dict(status="ok", times=times, warmup_s=capture_s, versus_eager=diff,
-                    finite=finite)
-    except Exception as exc:
-        return dict(status="failed", reason=error_text(exc))
-
-
-def unit_speed(spec: dict) -> None:
-    """(b), one grid: for each core the oracle beside the eager windows,
-    then each core's cuda-graph row; or one core's compiled mode."""
-    import statistics
-
-    import torch
-
-    config = grid_config(spec["grid"])
-    device, mode = spec["device"], spec["mode"]
-    steps, rounds = spec["steps"], spec["rounds"]
-    emit(kind="device", name=device_name(device))
-    if mode == "eager":
-        eager = {}
-        for core_name in spec["cores"]:
-            try:
-                oracle = TwinOracle(config, core_name)
-            except Exception as exc:        # no oracle here: the torch rows without a ratio
-                oracle = None
-                emit(kind="oracle", grid=spec["grid"], core=core_name, ms=None,
-                     error=error_text(exc))
-            try:
-                core, warm = warmed(core_name, config, device)
-                pairs = [(oracle.time(steps) if oracle else math.nan,
-                          benchmark.run(core, steps, device, untimed=1)) for _ in range(rounds)]
-            except Exception as exc:        # a stop or a fault: reported, the next core runs
-                emit(kind="speed", grid=spec["grid"], core=core_name, mode="eager",
-                     status="failed", reason=error_text(exc))
-                continue
-            oracle_ms = statistics.median(o for o, _ in pairs) * 1e3 if oracle else None
-            if oracle:
-                emit(kind="oracle", grid=spec["grid"], core=core_name, ms=oracle_ms,
-                     times=[o for o, _ in pairs])
-            emit(kind="speed", grid=spec["grid"], core=core_name, mode="eager", status="ok",
-                 ms=statistics.median(t for _, t in pairs) * 1e3,
-                 ratio=statistics.median(t / o for o, t in pairs) if oracle else None,
-                 warmup_s=warm, times=[t for _, t in pairs], oracle_ms=oracle_ms)
-            eager[core_name] = core, oracle_ms
-        for core_name, (core, oracle_ms) in eager.items() if spec.get("graph") else ():
-            row = cuda_graph_row(core, core_name, config, spec)
-            if row.get("times"):
-                row["ms"] = statistics.median(row["times"]) * 1e3
-                row["ratio"] = row["ms"] / oracle_ms if oracle_ms else None
-            emit(kind="speed", grid=spec["grid"], core=core_name, mode="cuda-graph", **row)
-        return
-    core_name = spec["core"]
-    callback = None
-    if mode == "reduce-overhead":
-        if not device.startswith("cuda"):
-            emit(kind="speed", grid=spec["grid"], core=core_name, mode=mode, status="not run",
-                 reason="Inductor's CUDA graphs need a CUDA device (--device cpu)")
-            return
-        import torch._inductor.config as inductor_config
-
-        inductor_config.triton.cudagraphs = True
-        callback = next_cudagraph_step
-        try:        # why Inductor runs a graph without a CUDA graph, on stderr (SKIPPING)
-            torch._logging.set_logs(perf_hints=True)
-        except Exception:
-            pass
-    try:
-        start = time.perf_counter()
-        core = make_core(core_name, config, device, compile=True)
-        times = []
-        run = benchmark.run if callback is None else with_callback(callback)
-        run(core, benchmark.WARMUP, device)
-        if callback is not None:            # Inductor records its CUDA graphs on later calls
-            run(core, steps, device)
-        warm = time.perf_counter() - start
-        emit(kind="progress", grid=spec["grid"], core=core_name, mode=mode, warmup_s=warm)
-        for _ in range(rounds):
-            times.append(run(core, steps, device, untimed=1))
-        ms = statistics.median(times) * 1e3
-        row = dict(status="ok", ms=ms, warmup_s=warm, times=times)
-        if spec.get("oracle_ms"):
-            row["ratio"] = ms / spec["oracle_ms"]
-        row["versus_eager"] = versus_eager(core, core_name, config, device)
-        if callback is not None:            # graphs Inductor ran without a CUDA graph
-            from torch._dynamo.utils import counters
-
-            row["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"]
-    except Exception as exc:
-        row = dict(status="failed", reason=error_text(exc))
-    emit(kind="speed", grid=spec["grid"], core=core_name, mode=mode, **row)
-
-
-def next_cudagraph_step(core) -> None:
-    """After each step of reduce-overhead mode: the state cloned (a state
-    read across steps is then no output of Inductor's CUDA graphs, which
-    their next replay overwrites) and a new step begun for them."""
-    import torch
-
-    core.state = {k: v.clone() for k, v in core.state.items()}
-    torch.compiler.cudagraph_mark_step_begin()
-
-
-def with_callback(callback):
-    """benchmark.run with ``callback(core)`` after each step."""
-    import gc
-
-    from pompy.core.model import forward_only
-
-    def run(core, steps: int, device: str, untimed: int = 0) -> float:
-        with forward_only(core):
-            if untimed:
-                core.iend = core.iint + untimed
-                core.run_time_loop(callback)
-            core.iend = core.iint + steps
-            gc.collect()
-            benchmark.sync(device)
-            start = time.perf_counter()
-            core.run_time_loop(callback)
-            benchmark.sync(device)
-        return (time.perf_counter() - start) / steps
-    return run
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def unit_train(spec: dict) -> None:
-    """(c): the trainer on one process in a group of world size 1."""
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from pompy.errors import InputError
-    from pompy.train import options as train_options
-    from pompy.train import trainer as trainer_module
-    from pompy.verify import certificate
-
-    device = spec["device"]
-    cuda = device.startswith("cuda")
-    emit(kind="device", name=device_name(device))
-    from pompy import cli
-
-    start = time.perf_counter()
-    code = cli.main(spec["generate"])          # `pompy generate ...`, in this process
-    emit(kind="generate", seconds=time.perf_counter() - start, exit_code=code)
-    if code != 0:
-        emit(kind="train", status="failed", reason=f"pompy generate: exit {code} (its "
-             "message above, on stderr)")
-        return
-    args = train_options.resolve_options(
-        ["--config", spec["config"], "--data", spec["data"], "--output", spec["output"],
-         "--device", device, "--test_fraction", "0", "--no-progress", "--overwrite"])
-    config = train_options.load_model_config(args.config)
-    certified, refusal = True, None
-    try:
-        certificate.require_certificate(args.core, torch.device(device), args.dtype, config,
-                                        config_name=str(args.config))
-    except InputError as err:
-        certified, refusal = False, str(err)
-        if spec["gate"] == "strict":
-            emit(kind="train", status="not run", certified=False, reason=refusal)
-            return
-
-        def stand_in(core, device, dtype, config, config_name="CONFIG"):
-            return {"key": certificate.certificate_key(core, device, dtype, config),
-                    "passed": False, "stand_in": "gpu_check: no certificate for this set-up"}
-        trainer_module.require_certificate = stand_in
-    backend = "nccl" if cuda else "gloo"
-    group_error = []
-
-    class OneRankGroup(trainer_module.NPOMTrainerDDP):
-        """The trainer as a rank of a torchrun launch: a process group (here
-        of one) and its networks DDP-wrapped."""
-
-        def _join_group(self):
-            try:
-                if cuda:
-                    torch.cuda.set_device(self.device)
-                dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}",
-                                        rank=0, world_size=1)
-                self.distributed = True
-            except Exception as exc:        # measured as a plain process (torchrun's 1) then
-                group_error.append(error_text(exc))
-                self.distributed = False
-
-    started = time.perf_counter()
-    trainer = OneRankGroup(args, environ={})
-    try:
-        build_s = time.perf_counter() - started
-        nets = [n for n in (trainer.encoder, trainer.decoder) if n is not None]
-        info = dict(certified=certified, refusal=refusal, backend=backend,
-                    group_error=group_error[0] if group_error else None,
-                    world_size=dist.get_world_size() if dist.is_initialized() else None,
-                    ddp=bool(nets) and all(isinstance(n, DDP) for n in nets),
-                    grid=f"{config.im}x{config.jm}x{config.kb}", core=args.core,
-                    dtype=args.dtype, batch_size=args.batch_size, horizon=args.horizon,
-                    steps_per_correction=args.steps_per_correction,
-                    hidden_channels=args.hidden_channels, build_s=build_s,
-                    train_samples=len(trainer.train_ds))
-        trainer.sampler.set_epoch(0)
-        batches = []
-        for n, (ics, refs) in enumerate(trainer.train_loader):
-            if n >= spec["batches"]:
-                break
-            if cuda:
-                torch.cuda.synchronize()
-                before = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-            start = time.perf_counter()
-            losses = trainer.run_single_train_batch(ics, refs)
-            if cuda:
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - start
-            batch = dict(seconds=seconds, loss=losses[0])
-            if cuda:
-                batch.update(peak_gb=torch.cuda.max_memory_allocated() / 1e9,
-                             reserved_gb=torch.cuda.max_memory_reserved() / 1e9,
-                             before_gb=before / 1e9)
-            else:
-                batch.update(peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6)
-            batches.append(batch)
-            emit(kind="progress", batch=n, **batch)
-        emit(kind="train", status="ok" if batches else "failed",
-             reason=None if batches else "no training batch in the data", batches=batches,
-             **info)
-    finally:
-        trainer.cleanup()
-
-
-UNITS = {"parity": unit_parity, "speed": unit_speed, "train": unit_train}
+# a child: one unit (validation/gpu_units.py, gpu_train.py) in a process of
+# its own, its results printed as they come (gpu_units.emit)
+
+UNITS = {"parity": gpu_units.unit_parity, "speed": gpu_units.unit_speed,
+         "train": gpu_train.unit_train}
 
 
 def run_unit_here(kind: str, spec: dict) -> int:
@@ -562,7 +148,7 @@ def run_unit_here(kind: str, spec: dict) -> int:
         return 0
     except Exception as exc:
         traceback.print_exc()
-        emit(kind="error", error=error_text(exc))
+        gpu_units.emit(kind="error", error=gpu_units.error_text(exc))
         return 1
 
 
@@ -607,9 +193,11 @@ def run_unit(kind: str, spec: dict, timeout: float) -> tuple[list[dict], str | N
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     code, out, err, seconds = run_process(command, timeout, env)
-    results = [json.loads(line[len(RESULT):]) for line in out.splitlines()
-               if line.startswith(RESULT)]
-    notes = sorted({line.strip()[:300] for line in err.splitlines() if SKIPPING in line})
+    result = gpu_units.RESULT
+    results = [json.loads(line[len(result):]) for line in out.splitlines()
+               if line.startswith(result)]
+    notes = sorted({line.strip()[:300] for line in err.splitlines()
+                    if gpu_units.SKIPPING in line})
     if notes:
         results.append(dict(kind="notes", lines=notes[:5]))
     problem = None
@@ -719,18 +307,6 @@ def part_b(args, box: float) -> dict:
                 device=args.device, device_name=devices[0]["name"] if devices else None)
 
 
-def train_settings(config_path: str) -> dict:
-    """What the data for ``config_path``'s training needs: its dti, the
-    snapshot spacing (steps_per_correction steps) and the horizon."""
-    from pompy.train.options import OPTIONS, load_model_config, read_train_group
-
-    defaults = {o.name: o.default for o in OPTIONS}
-    group = {**defaults, **read_train_group(config_path)}
-    config = load_model_config(config_path)
-    return dict(dti=config.dti, steps=int(group["steps_per_correction"]),
-                horizon=int(group["horizon"]), grid=f"{config.im}x{config.jm}x{config.kb}")
-
-
 def shown(path: str) -> str:
     """A path as the repository's commands write it (relative to the root)."""
     try:
@@ -740,10 +316,17 @@ def shown(path: str) -> str:
 
 
 def part_c(args, box: float, work: Path) -> dict:
-    settings = train_settings(args.train_config)
-    every = settings["steps"] * settings["dti"] / 86400.0
-    snapshots = settings["horizon"] + args.train_batches      # samples: snapshots - horizon
+    from pompy.config import load_config
+
     data, output = work / "train_data", work / "train_run"
+    # the &train settings the unit trains with: the snapshots' spacing (a
+    # correction cycle, steps_per_correction steps of the config's dti)
+    # and the horizon
+    settings = gpu_train.read_train_settings(args.train_config, str(data), str(output),
+                                             args.device)
+    config = load_config(settings.config)
+    every = settings.data.steps_per_correction * config.dti / 86400.0
+    snapshots = settings.data.horizon + args.train_batches      # samples: snapshots - horizon
     # the config's own reference (its &generate group, else generate's defaults),
     # one member, the snapshots the batches need
     generate = ["generate", args.train_config, "--device", args.device, "--members", "1",
@@ -753,8 +336,9 @@ def part_c(args, box: float, work: Path) -> dict:
                 device=args.device, batches=args.train_batches, gate=args.train_gate,
                 generate=generate)
     results, problem, seconds = run_unit("train", spec, box)
-    result = dict(config=shown(args.train_config), grid=settings["grid"], box_s=box,
-                  device=args.device, seconds=seconds, device_name=device_names(results),
+    result = dict(config=shown(args.train_config), grid=f"{config.im}x{config.jm}x{config.kb}",
+                  box_s=box, device=args.device, seconds=seconds,
+                  device_name=device_names(results),
                   generate_command=shlex.join(["pompy", generate[0], shown(generate[1]),
                                                *generate[2:]]))
     for r in of_kind(results, "generate"):
@@ -777,7 +361,8 @@ def part_d(args, box: float) -> dict:
                "--device", args.device, *shlex.split(args.verify_options)]
     shown_command = shlex.join(["pompy", "verify", shown(args.verify_config), *command[5:]])
     code, out, err, seconds = run_process(command, box)
-    result = dict(command=shown_command, exit_code=code, seconds=seconds, box_s=box, device=args.device)
+    result = dict(command=shown_command, exit_code=code, seconds=seconds, box_s=box,
+                  device=args.device)
     found = VERIFIED.search(out)
     if found:
         passed, total, _, path = found.groups()
@@ -939,7 +524,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             benchmark.refuse(f"{name} {','.join(given)}: of {','.join(allowed)}")
     for spec in args.grids + ([] if args.parity_grid == "seamount" else [args.parity_grid]):
         try:
-            grid_config(spec)
+            gpu_units.grid_config(spec)
         except Exception as exc:
             benchmark.refuse(f"grid {spec}: {exc}")
     if min(args.steps, args.bench_steps, args.rounds, args.train_batches) < 1 or args.budget <= 0:
@@ -968,7 +553,7 @@ def main(argv=None) -> int:
         Oracle()                # built (if not yet) before the budget starts: not a part's time
         oracle_error = None
     except Exception as exc:    # no oracle (no gfortran): the parts say what that costs them
-        oracle_error = error_text(exc)
+        oracle_error = gpu_units.error_text(exc)
         print(f"gpu_check: no Fortran oracle ({oracle_error}): (b) has no oracle rows, (d) "
               "fails", file=sys.stderr, flush=True)
     setup_s = time.perf_counter() - start
