@@ -165,15 +165,18 @@ def test_verify_takes_its_config_as_the_other_subcommands_do(monkeypatch, capsys
 
 
 @pytest.mark.parametrize("flag, value, why", [
-    ("--seed", "-1", "is not a seed: an integer 0 .. 2**32-1"),
-    ("--seed", "4294967296", "is not a seed: an integer 0 .. 2**32-1"),
-    ("--seed", "x", "is not a seed: an integer 0 .. 2**32-1"),
-    ("--samples", "0", "is not a positive integer"),
-    ("--steps", "-3", "is not a positive integer")])
+    ("--seed", "-1", "a seed: an integer 0 .. 2**32-1"),
+    ("--seed", "4294967296", "a seed: an integer 0 .. 2**32-1"),
+    ("--samples", "0", "must be >= 1"),
+    ("--steps", "-3", "must be >= 1")])
 def test_verify_checks_every_number_it_takes(capsys, flag, value, why):
+    """Out of range: one line from the settings' check, exit 2; not a number
+    at all: argparse's usage error, exit 2."""
+    assert cli.main(["verify", SEAMOUNT, flag, value]) == 2
+    assert capsys.readouterr().err == f"pompy: {flag} {value}: {why}\n"
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["verify", SEAMOUNT, flag, value])
+        cli.main(["verify", SEAMOUNT, flag, "x"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert f"pompy verify: error: argument {flag}: '{value}' {why}\n" in err and \
+    assert f"pompy verify: error: argument {flag}: invalid int value: 'x'\n" in err and \
         "Traceback" not in err, err

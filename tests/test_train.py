@@ -29,7 +29,7 @@ from pompy.config import load_config, namelist_literal
 from pompy.generate import generate
 from pompy import train
 from pompy.train import (CSV_COLUMNS, LOSS_WEIGHTS, NPOMTrainerDDP, apply_correction_to_pom,
-                         collate_samples, pack_pom_batch, resolve_options)
+                         collate_samples, pack_pom_batch, parse_settings)
 from pompy.settings import TrainSettings, from_parsed, leaves
 from pompy.train.physics import PhysicsRunner
 from pompy.verify import certificate
@@ -51,8 +51,10 @@ def tiny_dataset(folder: Path, core: str) -> tuple[Path, Path, Path]:
     config = tiny_config()
     config.to_namelist().write(folder / "tiny.nml")
     every = 2 * DTI / 86400
-    generate(config, folder / "data", days=(SNAPSHOTS - 1) * every, every=every,
-             core=core, members=MEMBERS, log=open(os.devnull, "w"))
+    from pompy.settings import GenerateSettings, read
+    generate(config, read(GenerateSettings, {
+        "config": folder / "tiny.nml", "output": folder / "data", "days": (SNAPSHOTS - 1) * every,
+        "every": every, "core": core, "members": MEMBERS}), log=open(os.devnull, "w"))
     return folder, folder / "tiny.nml", folder / "data"
 
 
@@ -337,12 +339,12 @@ def test_a_non_finite_gradient_skips_the_step(made, home, tmp_path, monkeypatch)
         def poisoned(preds, refs):
             losses = real(preds, refs)
             return dict(losses, el=losses["el"] * float("inf") * 0.0)      # NaN, in the graph
-        monkeypatch.setattr(trainer, "_compute_component_losses", poisoned)
+        monkeypatch.setattr(trainer, "component_losses", poisoned)
         values = trainer.train_batch(ics, refs)
         assert math.isnan(values[0]) and trainer.optim.skipped_steps == 1
         for (name, p), b in zip(trainer.correctors.named_parameters(), before):
             assert torch.equal(p.detach(), b), name
-        monkeypatch.setattr(trainer, "_compute_component_losses", real)
+        monkeypatch.setattr(trainer, "component_losses", real)
         trainer.train_batch(ics, refs)
         assert trainer.optim.skipped_steps == 1
         assert any(not torch.equal(p.detach(), b)
@@ -549,7 +551,7 @@ def test_amp_bf16_runs_the_networks_alone_in_bfloat16(made, home, tmp_path, monk
     try:
         convs = {}
         for label in ("encoder", "decoder"):
-            for name, m in getattr(trainer, label).named_modules():
+            for name, m in trainer.correctors.wrapped[label].named_modules():
                 if isinstance(m, torch.nn.Conv2d):
                     m.register_forward_hook(lambda m, i, o, key=f"{label}.{name}":
                                             convs.setdefault(key, set()).add(o.dtype))
@@ -785,9 +787,9 @@ def test_two_gloo_processes_match_one_process(made, home, tmp_path):
     single = NPOMTrainerDDP(parse_settings(argv[:6] + ["--output", str(tmp_path / "one"),
                                                         *argv[6:], "--batch_size", "2"]))
     try:
-        ics, refs = collate_samples(single.dataset, [single.data.train[0], single.data.train[1]])
+        ics, refs = collate_samples(single.data.dataset, [single.data.train[0], single.data.train[1]])
         values = single.train_batch(ics, refs)
-        want = {n: p.grad for n, p in single.trainable_params}
+        want = {n: p.grad for n, p in single.correctors.named_parameters()}
     finally:
         single.cleanup()
     assert set(want) == set(ranks[0]["grads"])
@@ -954,9 +956,11 @@ def made_reference(made, tmp_path_factory):
     = 120 s (dte 4 s, isplit 30), snapshots a correction cycle (480 s) apart."""
     folder = tmp_path_factory.mktemp("reference")
     every = 2 * DTI / 86400
-    generate(tiny_config(), folder / "data", days=(SNAPSHOTS - 1) * every, every=every,
-             core="explicit", members=MEMBERS, reference_dti=120.0, reference_dte=4.0,
-             log=open(os.devnull, "w"))
+    from pompy.settings import GenerateSettings, read
+    generate(tiny_config(), read(GenerateSettings, {
+        "config": made[1], "output": folder / "data", "days": (SNAPSHOTS - 1) * every,
+        "every": every, "core": "explicit", "members": MEMBERS, "reference_dti": 120.0,
+        "reference_dte": 4.0}), log=open(os.devnull, "w"))
     return made[0], made[1], folder / "data"
 
 
