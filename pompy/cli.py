@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import shlex
 import shutil
@@ -19,7 +18,7 @@ from pompy import cores, settings
 from pompy.config import DERIVED, POLICY_GROUP, Config, load_config, namelist_literal, pom2k_fields
 from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
 from pompy.oracle.build import BuildEnvironmentError, OracleBuildError
-from pompy.settings import VerifySettings
+from pompy.settings import RunSettings, VerifySettings
 from pompy.utils import allocator
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
@@ -81,50 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_run_command(commands) -> None:
     """``pompy run`` and ``pompy compare``."""
     run_cmd = commands.add_parser("run", help="run a case")
-    add_config_arguments(run_cmd)
-    run_cmd.add_argument("--core", choices=cores.RUNNABLE, default=cores.DEFAULT,
-                         help="the torch core (explicit, default) or the Fortran oracle")
-    run_cmd.add_argument("--device", default="cpu", help="torch device of the explicit core: cpu, cuda, cuda:N")
-    run_cmd.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                         help="precision of the explicit core (default float64)")
-    run_cmd.add_argument("--no-cfl-check", action="store_true",
-                         help="let a dte at or above the external CFL limit through (the run will blow up)")
-    run_cmd.add_argument("--output", type=Path, help="output folder (default: output/<config name>)")
-    length = run_cmd.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=positive_int,
-                        help="internal steps to run (default: the config's days; a continued run "
-                             "goes on to the end the run that wrote the restart was heading for)")
-    length.add_argument("--days", type=positive_float, metavar="DAYS",
-                        help="model days to run (instead of --steps)")
-    run_cmd.add_argument("--restart", type=Path, metavar="FILE",
-                         help="continue from a restart file written by an earlier run")
-    run_cmd.add_argument("--restart-every", type=non_negative, metavar="DAYS",
-                         help="write the restart every DAYS of model time, replacing the last "
-                              "(default: the config's restart_every; 0: at the end only)")
-    run_cmd.add_argument("--output-every", type=non_negative, metavar="DAYS",
-                         help="one NetCDF output record every DAYS (default: the config's "
-                              "output_every; 0: pom2k's print interval)")
-    run_cmd.add_argument("--overwrite", action="store_true",
-                         help="replace the output and restart of an earlier run in the output folder "
-                              "(never the restart given to --restart)")
-    run_cmd.add_argument("--check-every", type=positive_int, default=1, metavar="N",
-                         help="read the stop checks (velocity, finiteness, the implicit solver's "
-                              "residual) from the device every N steps (default 1, pom2k's); a "
-                              "stop still names the first bad step")
-    run_cmd.add_argument("--force", action="store_true",
-                         help="run even if the estimated memory exceeds what is available, or if "
-                              "the restart was made with another core, dtype or state parameter "
-                              "(said in the output's history)")
-    run_cmd.add_argument("--oracle", action="store_true",
-                         help="with --core implicit: its Fortran twin (the explicit Fortran driver "
-                              "is --core oracle)")
-    run_cmd.add_argument("--fortran-math", action="store_true",
-                         help="the torch core with pom2k's elementary function values "
-                              "(pompy.compat.fortran_math; CPU float64): bit for bit with Fortran")
-    run_cmd.add_argument("--compile", action="store_true",
-                         help="run the torch core's steps as whole torch.compile graphs (a step about 2.5x "
-                              "faster at 65x49x21 on the CPU; the first run of a grid compiles for minutes, "
-                              "later ones load Inductor's cache)")
+    settings.add_arguments(run_cmd, RunSettings, print_config=False)
     run_cmd.set_defaults(handler=run_command)
 
     compare_cmd = commands.add_parser("compare", help="differences between two NetCDF outputs, field by field and time by time")
@@ -188,27 +144,6 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override one parameter, value as in a namelist (repeatable)")
 
 
-def number(kind: type, fallback, ok, what: str):
-    """An argparse type: ``kind(text)`` where ``ok`` holds of it, else
-    "'TEXT' is not WHAT" (text that does not parse counts as ``fallback``)."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = fallback
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-    parse.__name__ = what
-    return parse
-
-
-non_negative = number(float, -1.0, lambda v: 0 <= v < math.inf, "a number of days >= 0")
-positive_float = number(float, 0.0, lambda v: 0 < v < math.inf, "a number of days > 0")
-seed_int = number(int, -1, lambda v: 0 <= v < 2**32, "a seed: an integer 0 .. 2**32-1")
-positive_int = number(int, 0, lambda v: v >= 1, "a positive integer")
-
-
 def setup(args: argparse.Namespace) -> int:
     """Install gfortran if it is missing (as root; otherwise say how), and
     tcmalloc where apt-get can (optional: pompy.utils.allocator), then build
@@ -253,23 +188,23 @@ def _apt_install(package: str, env: dict) -> bool:
 def run_command(args: argparse.Namespace) -> int:
     from pompy.driver import latest_restart, run_case
 
-    config = load_config(args.config, args.set)
-    every = {name: getattr(args, name) for name in ("restart_every", "output_every")
-             if getattr(args, name) is not None}
+    s = settings.from_parsed(RunSettings, args)
+    m, f = s.model, s.files
+    config = load_config(s.config, s.overrides)
+    every = {name: getattr(f, name) for name in ("restart_every", "output_every")
+             if getattr(f, name) is not None}
     config = dataclasses.replace(config, **every)
-    output = args.output or Path("output") / args.config.stem
-    restart = args.restart
+    restart = f.restart
     if restart is None and config.nread == 1:
-        restart = latest_restart(output, cores.get(args.core).twin_name if args.oracle
-                                 else args.core)
+        restart = latest_restart(f.output, cores.get(m.core).twin_name if m.oracle else m.core)
     if restart is not None and not Path(restart).exists():
         raise InputError(f"restart file {restart} does not exist")
     try:
-        run_case(config, output, core=args.core, steps=args.steps, restart=restart,
-                 device=args.device, dtype=args.dtype, check_cfl=not args.no_cfl_check,
-                 overwrite=args.overwrite, force=args.force, fortran_math=args.fortran_math,
-                 oracle=args.oracle, check_every=args.check_every, compile=args.compile,
-                 days=args.days)
+        run_case(config, f.output, core=m.core, steps=s.length.steps, restart=restart,
+                 device=m.device, dtype=m.dtype, check_cfl=not s.checks.no_cfl_check,
+                 overwrite=f.overwrite, force=f.force, fortran_math=m.fortran_math,
+                 oracle=m.oracle, check_every=s.checks.check_every, compile=m.compile,
+                 days=s.length.days)
     except ModelStop as exc:
         print(f"pompy run stopped: {exc}", file=sys.stderr)
         _print_notes(exc)
@@ -282,7 +217,7 @@ def run_command(args: argparse.Namespace) -> int:
             _print_notes(exc)
             return EXIT_FAULT
         print(f"pompy: {name} after step iint={exc.iint}; its restart is in {exc.restart}; "
-              f"continue with: {continue_command(args, exc.restart, output)}", file=sys.stderr)
+              f"continue with: {continue_command(s, exc.restart)}", file=sys.stderr)
         _print_notes(exc)
         return 128 + exc.signum
     return 0
@@ -295,24 +230,24 @@ def _print_notes(error: BaseException) -> None:
         print(note, file=sys.stderr)
 
 
-def continue_command(args: argparse.Namespace, restart: Path, output: Path) -> str:
-    """The `pompy run` that continues ``args``'s run from ``restart`` on the
-    same core, device, precision and parameters, to the end it was heading
-    for (so no --steps or --days)."""
-    words = ["pompy", "run", str(args.config)]
-    for item in args.set or ():
+# what a continued run is not given again: it goes on to the end the first was heading for
+NOT_CONTINUED = ("config", "overrides", "steps", "days", "restart", "output", "overwrite")
+
+
+def continue_command(s: RunSettings, restart: Path) -> str:
+    """The `pompy run` that continues the run of ``s`` from ``restart`` on
+    the same core, device, precision and parameters, to the end it was
+    heading for (so no --steps or --days)."""
+    words = ["pompy", "run", str(s.config)]
+    for item in s.overrides:
         words += ["--set", item]
-    for flag, value, default in (("--core", args.core, cores.DEFAULT), ("--device", args.device, "cpu"),
-                                 ("--dtype", args.dtype, "float64"),
-                                 ("--check-every", args.check_every, 1),
-                                 ("--restart-every", args.restart_every, None),
-                                 ("--output-every", args.output_every, None)):
-        if value != default:
-            words += [flag, str(value)]
-    words += [flag for flag, on in (("--oracle", args.oracle), ("--fortran-math", args.fortran_math),
-                                    ("--compile", args.compile), ("--no-cfl-check", args.no_cfl_check),
-                                    ("--force", args.force)) if on]
-    return shlex.join(words + ["--restart", str(restart), "--output", str(output)])
+    values = settings.flat(s)
+    for leaf in settings.leaves(RunSettings):
+        value = values[leaf.name]
+        if leaf.name in NOT_CONTINUED or value == leaf.default:
+            continue
+        words += [leaf.flag] if value is True else [leaf.flag, str(value)]
+    return shlex.join(words + ["--restart", str(restart), "--output", str(s.files.output)])
 
 
 def generate_command(args: argparse.Namespace) -> int:

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import time as _time
-from collections.abc import Iterator
 from pathlib import Path
 
 from tqdm import tqdm
@@ -28,9 +26,10 @@ from tqdm import tqdm
 from pompy import cores, files
 from pompy.config import Config, nint, state_differences
 from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
-from pompy.io import (OutputWriter, Restart, estimate_output_bytes, incomplete_path, read_restart,
-                      restart_bytes, write_restart)
+from pompy.io import (OutputWriter, Restart, estimate_output_bytes, history_line, incomplete_path,
+                      read_restart, restart_bytes, write_restart)
 from pompy.resources import available_bytes, estimate_run_bytes, gigabytes
+from pompy.signals import signals_caught
 
 def print_steps(config: Config, first: int, last: int) -> list[int]:
     """The steps pom2k prints at: every iprint, prtd2's interval from iswtch on,
@@ -241,26 +240,6 @@ def check_memory(config: Config, core: str, dtype: str, force: bool, members: in
     return need
 
 
-@contextlib.contextmanager
-def signals_caught() -> Iterator[list[int]]:
-    """SIGINT and SIGTERM noted (in the list yielded) instead of killing the
-    run, so that the step in progress finishes and its restart is written;
-    the previous handlers come back on exit. Off the main thread (where
-    Python cannot install handlers) nothing is caught."""
-    caught: list[int] = []
-    wanted = (signal.SIGINT, signal.SIGTERM)
-    try:
-        previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in wanted}
-    except ValueError:
-        yield caught
-        return
-    try:
-        yield caught
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def clock(seconds: float) -> str:
     """h:mm:ss."""
     seconds = round(seconds)
@@ -429,9 +408,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
         if fortran_math else "gfortran's (the oracle)" if cores.is_twin(core) else "torch's"),
         "torch_compile": COMPILED if getattr(model, "graphs", None) is not None else "none"}
     if history is not None:
-        from pompy.io import _history
-
-        attributes["history"] = f"{_history()}\n{history}"
+        attributes["history"] = f"{history_line()}\n{history}"
 
     def save(state: dict, iint: int) -> Path:
         writer.drain()          # HDF5 is not thread-safe: the output record first

@@ -113,8 +113,10 @@ from typing import TYPE_CHECKING
 
 import netCDF4
 import numpy as np
+import torch
 
-from pompy.io import _cf_dims, _from_cf, _to_cf
+from pompy.core.grid import depth
+from pompy.io import cf_dims, from_cf, to_cf
 from pompy.variables import VARIABLES, names
 
 if TYPE_CHECKING:
@@ -144,7 +146,7 @@ _EDGES += [(f"el{side}", "el", axis, index)
 def _shape(name: str, im: int, jm: int, kb: int) -> tuple[int, ...]:
     """The CF shape of an IC variable."""
     size = {"x": im, "y": jm, "sigma": kb}
-    return tuple(size[d] for d in _cf_dims(name))
+    return tuple(size[d] for d in cf_dims(name))
 
 
 def _where(index: tuple, dims: tuple[str, ...]) -> str:
@@ -156,10 +158,6 @@ def _where(index: tuple, dims: tuple[str, ...]) -> str:
 
 def sigma_levels(config: Config) -> tuple[np.ndarray, np.ndarray]:
     """zz and dz of the config: pom2k's depth(kb, kl1, kl2)."""
-    import torch
-
-    from pompy.core.grid import depth
-
     z = torch.zeros(config.kb, dtype=torch.float64)
     levels = depth(config.kl1, config.kl2, z, z, z, z)
     return levels.zz.numpy(), levels.dz.numpy()
@@ -202,11 +200,11 @@ def read_ic(path: str | Path, config: Config) -> dict[str, np.ndarray]:
         bad = np.argwhere(cf[name] <= 0)
         if bad.size:
             raise ValueError(f"{where}: {name!r} must be > 0 m; it is {float(cf[name][tuple(bad[0])])!r} "
-                             f"at {_where(tuple(bad[0]), _cf_dims(name))} "
+                             f"at {_where(tuple(bad[0]), cf_dims(name))} "
                              f"({len(bad)} such points)")
     if not (cf["h"] > 1.0).any():
         raise ValueError(f"{where}: 'h' has no wet point: h <= 1 m (land) everywhere")
-    ic = {name: _from_cf(a) for name, a in cf.items()}
+    ic = {name: from_cf(a) for name, a in cf.items()}
     _fill_defaults(ic, config)
     for name, a in ic.items():
         if "k" in VARIABLES[name].dims:          # k is the last index
@@ -218,7 +216,7 @@ def _checked(ds, name: str, config: Config, where: str) -> np.ndarray:
     """Variable ``name`` as float64 in CF order, after checking its dims,
     shape and values."""
     var = ds[name]
-    dims = _cf_dims(name)
+    dims = cf_dims(name)
     want = _shape(name, config.im, config.jm, config.kb)
     sizes = dict(zip(("x", "y", "sigma"), (config.im, config.jm, config.kb)))
     if tuple(var.dimensions) != dims or tuple(var.shape) != want:
@@ -313,8 +311,8 @@ def write_ic(path: str | Path, title: str = "pompy initial conditions", **arrays
             if name == "sigma":
                 continue
             units, meaning = FIELDS[name]
-            v = ds.createVariable(name, "f8", _cf_dims(name))
-            v[:] = _to_cf(np.asarray(value, dtype=np.float64))
+            v = ds.createVariable(name, "f8", cf_dims(name))
+            v[:] = to_cf(np.asarray(value, dtype=np.float64))
             v.units, v.long_name = units, meaning
     return path
 

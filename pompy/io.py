@@ -62,39 +62,49 @@ def output_fields() -> list[str]:
     return [n for n, v in VARIABLES.items() if v.output and v.kind != "grid"]
 
 
-def _cf_dims(name: str) -> tuple[str, ...]:
+def cf_dims(name: str) -> tuple[str, ...]:
+    """The dimensions of the table's variable ``name`` in a file, in CF order (sigma, y, x)."""
     dims = tuple(_DIM.get(d, "sigma_w" if name in W_LEVELS else "sigma")
                  for d in VARIABLES[name].dims)
     return tuple(reversed(dims))
 
 
-def _to_cf(a: np.ndarray) -> np.ndarray:
+def to_cf(a: np.ndarray) -> np.ndarray:
+    """A pom2k-ordered array (i, j, k) as stored: transposed to CF order (k, j, i)."""
     return np.asarray(a).T
 
 
-def _from_cf(a: np.ndarray) -> np.ndarray:
+def from_cf(a: np.ndarray) -> np.ndarray:
+    """A stored (CF-ordered) array back in pom2k order, Fortran-contiguous."""
     return np.asfortranarray(np.asarray(a).T)
 
 
 def _command() -> str:
     """The command line that runs this process, as a user would type it."""
     argv = list(sys.argv) or ["python3"]
-    if Path(argv[0]).name == "__main__.py":          # python3 -m pompy ...
-        argv[:1] = ["python3", "-m", Path(argv[0]).parent.name]
+    if Path(argv[0]).name == "__main__.py":          # python3 -m pompy ..., -m pompy.generate ...
+        folder = Path(argv[0]).resolve().parent
+        root = Path(__file__).resolve().parents[1]       # the folder holding pompy/
+        module = ".".join(folder.relative_to(root).parts) if folder.is_relative_to(root) \
+            else folder.name
+        argv[:1] = ["python3", "-m", module]
     return shlex.join(argv)
 
 
-def _history() -> str:
+def history_line() -> str:
+    """A file's ``history`` line: the time (UTC), pompy's version and the command."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return f"{stamp}: written by pompy {__version__}: {_command()}"
 
 
-def _create(path: Path, config: Config, title: str, attributes: dict | None) -> netCDF4.Dataset:
+def create_dataset(path: Path, config: Config, title: str,
+                   attributes: dict | None) -> netCDF4.Dataset:
+    """A new NetCDF file: pompy's global attributes, ``attributes``, the grid's dimensions."""
     ds = netCDF4.Dataset(path, "w")
     ds.Conventions = "CF-1.8"
     ds.title = title
     ds.source = f"pompy {__version__} (pom2k algorithm)"
-    ds.history = _history()
+    ds.history = history_line()
     ds.namelist = str(config.to_namelist())
     ds.setncatts(attributes or {})
     ds.createDimension("x", config.im)
@@ -104,11 +114,11 @@ def _create(path: Path, config: Config, title: str, attributes: dict | None) -> 
     return ds
 
 
-def _define(ds, name: str, extra_dims=(), compress: bool = True, located: bool = False):
+def define_variable(ds, name: str, extra_dims=(), compress: bool = True, located: bool = False):
     """Variable ``name`` of the table, with its units and long name; with
     ``located``, a `coordinates` attribute naming its easting and northing."""
     var = VARIABLES[name]
-    v = ds.createVariable(name, "f8", extra_dims + _cf_dims(name),
+    v = ds.createVariable(name, "f8", extra_dims + cf_dims(name),
                           **(COMPRESSION if compress else {}))
     v.units = var.units
     v.long_name = var.long_name
@@ -120,7 +130,7 @@ def _define(ds, name: str, extra_dims=(), compress: bool = True, located: bool =
     return v
 
 
-def _axes(ds, state: dict, compress: bool) -> None:
+def write_axes(ds, state: dict, compress: bool) -> None:
     """Coordinate variables x, y (m) and the sigma levels, then the
     easting and northing arrays the fields' `coordinates` name."""
     # x, y: east_e along the first row (j = 1) and north_e along the first
@@ -140,7 +150,7 @@ def _axes(ds, state: dict, compress: bool) -> None:
         v.formula_terms = f"sigma: {dim} eta: el depth: h"
         v.computed_standard_name = "height_above_mean_sea_level"
     for name in OUTPUT_POSITIONS:
-        _define(ds, name, compress=compress)[:] = _to_cf(state[name])
+        define_variable(ds, name, compress=compress)[:] = to_cf(state[name])
 
 
 def incomplete_path(path: Path) -> Path:
@@ -188,7 +198,7 @@ class OutputWriter:
         try:
             files.check_room(self.part, HEADER_BYTES + reserve + files.FULL_BYTES,
                              "the output's header")
-            self.ds = _create(self.part, config, config.title, attributes)
+            self.ds = create_dataset(self.part, config, config.title, attributes)
         except (OSError, RuntimeError) as err:
             self.part.unlink(missing_ok=True)         # no empty file left behind
             raise files.fault(self.part, err, "creating the output") from None
@@ -209,12 +219,12 @@ class OutputWriter:
         t = self.ds.createVariable("time", "f8", ("time",))
         t.units, t.standard_name, t.calendar = "days since 2000-01-01 00:00:00", "time", "standard"
         t.axis = "T"
-        _axes(self.ds, state, compress)
+        write_axes(self.ds, state, compress)
         for name in OUTPUT_GRID:
-            _define(self.ds, name, compress=compress, located=True)[:] = _to_cf(state[name])
+            define_variable(self.ds, name, compress=compress, located=True)[:] = to_cf(state[name])
         self.fields = output_fields()
         for name in self.fields:
-            _define(self.ds, name, ("time",), compress, located=True)
+            define_variable(self.ds, name, ("time",), compress, located=True)
         for name in self.series:
             v = self.ds.createVariable(name, "f8", ("time",))
             v.units, v.long_name = SERIES[name].units, SERIES[name].long_name
@@ -239,7 +249,7 @@ class OutputWriter:
             self.ds["time"][n] = time_days
             self.iint[n] = iint
             for name, value in fields.items():
-                self.ds[name][n] = _to_cf(value)
+                self.ds[name][n] = to_cf(value)
             self.ds.sync()
         except (OSError, RuntimeError) as err:
             raise files.fault(self.part, err, doing) from None
@@ -348,14 +358,14 @@ def write_restart(path: Path, config: Config, state: dict, iint: int, time_days:
     doing = f"writing the restart of iint={iint}"
     ds = None
     try:
-        ds = _create(tmp, config, f"{config.title}: restart at iint={iint}", attributes)
+        ds = create_dataset(tmp, config, f"{config.title}: restart at iint={iint}", attributes)
         ds.iint = int(iint)
         ds.time_days = float(time_days)
         ds.time0 = float(time0)
-        _axes(ds, state, compress)
+        write_axes(ds, state, compress)
         for name in names("restart"):
             if name not in ds.variables:                 # east_e, ... are in already
-                _define(ds, name, compress=compress)[:] = _to_cf(state[name])
+                define_variable(ds, name, compress=compress)[:] = to_cf(state[name])
         ds.close()
         tmp.replace(path)  # a crash mid-write never leaves a half restart file
     except BaseException as err:          # the previous restart stays whole, no .tmp left
@@ -472,13 +482,13 @@ def _restart_array(ds, name: str, grid: tuple[int, int, int], where: str) -> np.
         raise InputError(f"{where} lacks variable {name}")
     dims = VARIABLES[name].dims
     want = shape(name, *grid)
-    a = _from_cf(ds[name][...])
+    a = from_cf(ds[name][...])
     if a.shape != want:
         raise InputError(f"{where}: {name} has shape {a.shape}, "
                          f"expected ({', '.join(dims)}) = {want}")
-    if ds[name].dimensions != _cf_dims(name):     # e.g. x and y swapped where im = jm
+    if ds[name].dimensions != cf_dims(name):      # e.g. x and y swapped where im = jm
         raise InputError(f"{where}: {name} has dims ({', '.join(ds[name].dimensions)}), "
-                         f"expected ({', '.join(_cf_dims(name))})")
+                         f"expected ({', '.join(cf_dims(name))})")
     bad = ~np.isfinite(a)
     if bad.any():
         first = tuple(np.argwhere(bad)[0])

@@ -122,9 +122,15 @@ def test_setup_installs_tcmalloc_as_root_or_says_how(monkeypatch, capsys):
     assert err.count("\n") == 1 and err.endswith("sudo apt-get install -y libtcmalloc-minimal4\n")
 
 
-def test_steps_must_be_positive():
-    with pytest.raises(SystemExit):
-        cli.main(["run", SEAMOUNT, "--steps", "0"])
+def test_steps_must_be_positive_and_one_length_given(capsys, tmp_path):
+    """Out of range, or --steps with --days: one line, exit 2, nothing run."""
+    for extra, told in ((["--steps", "0"], "pompy: --steps 0: must be >= 1\n"),
+                        (["--days", "-1"], "pompy: --days -1.0: a number of days > 0\n"),
+                        (["--steps", "2", "--days", "1"],
+                         "pompy: --steps 2 and --days 1.0: give one\n")):
+        assert cli.main(["run", SEAMOUNT, *extra, "--output", str(tmp_path)]) == 2
+        assert capsys.readouterr().err == told
+    assert not any(tmp_path.iterdir())
 
 
 def test_compile_is_refused_where_it_cannot_serve(tmp_path, capsys):

@@ -27,6 +27,7 @@ from pompy.core.setup import check_external_cfl
 from pompy.core.file2ic import file2ic
 from pompy.core.grid import slpmax
 from pompy.icfile import read_ic, sigma_levels, write_ic, write_ic_from_state
+from pompy.io import cf_dims
 from pompy.oracle.driver import new_state, run_steps
 from strategies import small_config
 
@@ -209,7 +210,7 @@ def raw_write(path, arrays: dict, extra: dict | None = None):
         for dim, size in (("x", im), ("y", jm), ("sigma", kb)):
             ds.createDimension(dim, size)
         for name, value in arrays.items():
-            ds.createVariable(name, "f8", icfile._cf_dims(name))[:] = value.T
+            ds.createVariable(name, "f8", cf_dims(name))[:] = value.T
         for name, (dims, value) in (extra or {}).items():
             ds.createVariable(name, "f8", dims)[:] = value
     return path

@@ -27,6 +27,7 @@ from pompy.core.explicit import ExplicitCore
 from pompy.dataset import SnapshotDataset, grid_fields, member_params, state_fields
 from pompy.driver import COMPILED
 from pompy.provenance import source_hash
+from pompy.settings import GenerateSettings, read as read_settings
 from pompy.train import collate_samples, inject_core_state
 
 ROOT = Path(__file__).parents[1]
@@ -44,6 +45,12 @@ def tiny_config():
 def generate_args(config: Path, output: Path, *extra) -> list[str]:
     return ["generate", str(config), "--days", DAYS, "--every", EVERY, "--output", str(output),
             "--members", str(MEMBERS), "--seed", str(SEED), *map(str, extra)]
+
+
+def settings(config: Path, output: Path, **values) -> GenerateSettings:
+    """The settings of a generation from Python (flat names, as the flags)."""
+    return read_settings(GenerateSettings, {"config": config, "output": output,
+                                            "days": float(DAYS), "every": float(EVERY), **values})
 
 
 @pytest.fixture(scope="module")
@@ -363,13 +370,15 @@ def test_any_core_on_the_scheme_independent_core_generates(made, tmp_path, monke
         "plain", Plain, SplitExplicit, lambda config, state: None, twin=1, twin_name="oracle",
         twin_description="", solver=False, description="a test core", compile=False))
     config_path, path, _ = made
-    got = gen.generate(load_config(config_path), tmp_path, float(DAYS), float(EVERY), core="plain",
-                       members=2, seed=SEED, log=io.StringIO())
+    got = gen.generate(load_config(config_path),
+                       settings(config_path, tmp_path, core="plain", members=2, seed=SEED),
+                       log=io.StringIO())
     mine, want = read(got), read(path)
     assert mine["t"].shape[0] == 2
     with pytest.raises(gen.InputError, match="--compile: the core 'plain' takes no compile option"):
-        gen.generate(load_config(config_path), tmp_path / "c", float(DAYS), float(EVERY),
-                     core="plain", members=2, seed=SEED, log=io.StringIO(), compile=True)
+        gen.generate(load_config(config_path), settings(config_path, tmp_path / "c", core="plain",
+                                                        members=2, seed=SEED, compile=True),
+                     log=io.StringIO())
     for name in state_fields():
         assert np.array_equal(mine[name], want[name][:2]), name
 
@@ -505,7 +514,7 @@ def test_the_implicit_core_generates_wind_members_that_restart(tmp_path):
     core.run_initialization()
     inject_core_state(core, collate_samples(ds, [sample])[0], 0)
     assert core.params["wind_factor"] == factor
-    core.iend = 4
+    core.iend = core.iint + 2                 # to the snapshot at iint 4
     core.run_time_loop()
     for name in state_fields():
         assert torch.equal(core.state[name], sample["target"][name][0]), name
@@ -550,6 +559,7 @@ def test_members_run_together_give_the_single_runs_dataset(made, wind, tmp_path,
     factor each), run as one Ensemble (generate.batched); forcing them one
     at a time gives the same files' every state value to the last bit."""
     import pompy.generate
+    import pompy.generate.generation
 
     config_path, path, err = made
     config = tiny_config()
@@ -558,7 +568,7 @@ def test_members_run_together_give_the_single_runs_dataset(made, wind, tmp_path,
     assert pompy.generate.batched(config, "explicit", "ic", MEMBERS, "float32")
     assert not pompy.generate.batched(config, "explicit", "wind", MEMBERS, "float32")
     assert not pompy.generate.batched(config, "implicit", "ic", MEMBERS, "float64")
-    monkeypatch.setattr(pompy.generate, "batched", lambda *args: False)
+    monkeypatch.setattr(pompy.generate.generation, "batched", lambda *args: False)
     with contextlib.redirect_stderr(io.StringIO()):
         assert main(generate_args(config_path, tmp_path / "single")) == 0
         assert main(generate_args(config_path, tmp_path / "wind", "--perturb", "wind")) == 0
@@ -589,9 +599,9 @@ def test_members_of_a_large_cpu_grid_step_one_after_another(made, tmp_path, monk
                                       compile=True)
     one, three = estimate_run_bytes(large), estimate_run_bytes(large, members=MEMBERS)
     monkeypatch.setenv("POMPY_MEMORY_AVAILABLE", str((one + three) // 2))
-    p = pompy.generate.plan(large, tmp_path, 1.0, 1.0, "explicit", MEMBERS, "ic", 0.01, 0,
-                            "cpu", "float64", False, False, {})
-    assert p.members == list(range(MEMBERS))
+    p = pompy.generate.plan(large, settings(made[0], tmp_path, days=1.0, every=1.0,
+                                            members=MEMBERS), {})
+    assert p.members == list(range(MEMBERS)) and not p.together
 
 
 def test_members_run_together_need_their_memory(made, tmp_path, monkeypatch, capsys):
@@ -702,7 +712,7 @@ def test_the_generate_group_needs_no_flags_and_flags_override_it(made, tmp_path)
 
 @pytest.mark.parametrize("settings, message", [
     ({"membres": 2}, "&generate has unknown setting 'membres'"),
-    ({"members": "two"}, "&generate members = 'two': expected a int"),
+    ({"members": "two"}, "&generate members = 'two': expected an integer"),
     ({"reference_dti": 10.0, "reference_dte": 3.0}, "reference_dti = 10 s is not a whole number"),
     ({}, "--days: give it, or set days in the config's &generate group"),
 ])
@@ -719,15 +729,16 @@ def test_bad_generate_settings_are_one_line(made, tmp_path, capsys, settings, me
 def test_the_shipped_training_configs_generate_from_their_group():
     """train_tiny's &generate: the explicit core at a quarter of the
     physics's 240 s, snapshots one correction cycle apart."""
-    from pompy.generate import read_generate_group, reference_config
+    from pompy.generate import reference_config
 
     for name in ("train_tiny", "train_360x240"):
-        group = read_generate_group(ROOT / "configs" / f"{name}.nml")
-        config = load_config(ROOT / "configs" / f"{name}.nml")
-        assert group["core"] == "explicit" and config.dti == 240.0
-        ref = reference_config(config, group["reference_dti"], group["reference_dte"])
+        path = ROOT / "configs" / f"{name}.nml"
+        s = read_settings(GenerateSettings, {"config": path, "output": "data"})
+        config = load_config(path)
+        assert s.reference.core == "explicit" and config.dti == 240.0
+        ref = reference_config(config, s.reference.reference_dti, s.reference.reference_dte)
         assert (ref.dti, ref.dte, ref.isplit) == (60.0, 2.0, 30)
-        assert round(group["every"] * 86400, 6) == 2 * config.dti
+        assert round(s.schedule.every * 86400, 6) == 2 * config.dti
 
 
 # ------------------------------------------------------------------ interrupts, --resume
@@ -798,3 +809,26 @@ def test_resume_needs_a_partial_file_and_the_same_settings(made, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "made with seed = 7" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset.nc.partial"]
+
+
+def test_signals_raise_an_interrupt_that_is_found_through_a_wrapping_error():
+    """raising_signals: SIGTERM raises pompy.errors.Interrupted where the
+    program is, the previous handler back on exit. An error raised from it
+    (as torch.compile raises a TorchRuntimeError from one that stops its
+    tracing, measured) still counts as the interrupt: pompy.signals.interruption."""
+    from pompy.errors import Interrupted
+    from pompy.signals import interruption, raising_signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as caught, raising_signals():
+        signal.raise_signal(signal.SIGTERM)
+    assert caught.value.signum == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is before
+    try:
+        try:
+            raise Interrupted(signal.SIGTERM)
+        except Exception:
+            raise RuntimeError("a tracer's own error") from None
+    except RuntimeError as wrapped:
+        assert interruption(wrapped).signum == signal.SIGTERM
+    assert interruption(RuntimeError("no signal")) is None
+    assert isinstance(interruption(KeyboardInterrupt()), KeyboardInterrupt)

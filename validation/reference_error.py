@@ -16,8 +16,8 @@ import sys
 import torch
 
 from pompy import cores
-from pompy.generate import reference_config
-from pompy.train.options import load_model_config
+from pompy.config import load_config
+from pompy.generate.reference import reference_config
 
 FIELDS = ("el", "u", "v", "t")
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--candidates", nargs="+", default=["60:4", "60:2", "120:4", "240:8"])
     p.add_argument("--cycles", type=int, default=12)
     a = p.parse_args(argv)
-    config = load_model_config(a.config)
+    config = load_config(a.config)       # its pom2k parameters (&train, &generate aside)
     cycle = 2 * config.dti
     dti, dte = map(float, a.truth.split(":"))
     truth, fsm = trajectory("explicit", reference_config(config, dti, dte), a.cycles, cycle)

@@ -9,14 +9,17 @@ will use them (``--print-config``: :func:`describe`).
                 checkpoint, log
     generate    GenerateSettings (&generate): schedule, reference,
                 ensemble, files
+    run         RunSettings: model, length, files, checks
     commands    EvaluateSettings, VerifySettings
 """
 from pompy.settings.base import (RETIRED, add_arguments, describe, flat, from_parsed,
                                  from_values, leaves, read, setting)
 from pompy.settings.commands import EvaluateSettings, VerifySettings
 from pompy.settings.generate import GenerateSettings
+from pompy.settings.run import RunSettings
 from pompy.settings.train import TrainSettings
 
-__all__ = ["RETIRED", "EvaluateSettings", "GenerateSettings", "TrainSettings", "VerifySettings",
+__all__ = ["RETIRED", "EvaluateSettings", "GenerateSettings", "RunSettings", "TrainSettings",
+           "VerifySettings",
            "add_arguments", "describe", "flat", "from_parsed", "from_values", "leaves", "read",
            "setting"]

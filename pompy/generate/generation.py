@@ -1,0 +1,187 @@
+"""One process's generation: what it will do, checked before anything
+runs (:func:`plan`), then done (:func:`generate`).
+
+Under torchrun each process reads RANK, WORLD_SIZE and LOCAL_RANK
+(:func:`distribution`), runs the members m with m % WORLD_SIZE == RANK
+and writes its own file; the ranks never talk, so no process group is
+made.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time as _time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+from pompy import cores
+from pompy.config import Config
+from pompy.core.model import Core
+from pompy.dataset import dataset_file
+from pompy.driver import COMPILING, check_device, check_memory, prepare_output
+from pompy.errors import InputError, ModelStop
+from pompy.generate.members import batched, run_ensemble, run_member, set_up
+from pompy.generate.perturbations import member_seed, wind_factor
+from pompy.generate.reference import reference_config, schedule, spinup_steps
+from pompy.generate.writer import (DatasetWriter, check_partial, check_resumed, dataset_attributes,
+                                   estimate_dataset_bytes, partial_file)
+from pompy.resources import gigabytes
+from pompy.settings import GenerateSettings
+from pompy.signals import interruption
+
+
+def distribution(environ: Mapping[str, str]) -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun sets them; (0, 1, 0) without."""
+    values = {}
+    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", None)):
+        text = environ.get(name, default)
+        if text is None:
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise InputError(f"environment variable {name}={text!r} is not an integer") from None
+    rank, world = values["RANK"], values["WORLD_SIZE"]
+    if world < 1 or not 0 <= rank < world:
+        raise InputError(f"RANK={rank}, WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
+    return rank, world, values.get("LOCAL_RANK", rank)
+
+
+def _device(device: str, local_rank: int, world: int) -> str:
+    """Each rank on its own GPU (cuda:LOCAL_RANK) when a bare 'cuda' is asked for."""
+    return f"cuda:{local_rank}" if device == "cuda" and world > 1 else device
+
+
+def _check_disk(folder: Path, size: int, force: bool) -> None:
+    free = shutil.disk_usage(folder).free
+    if size > free and not force:
+        raise InputError(f"the dataset needs about {gigabytes(size)} and {folder} has "
+                         f"{gigabytes(free)} free; give --force to write it anyway")
+
+
+class Plan(NamedTuple):
+    """What one process will do, known before anything runs."""
+    path: Path                 # its dataset file
+    members: list[int]         # its members (m % world == rank)
+    steps: int                 # internal steps between snapshots
+    records: int               # snapshots after time 0
+    device: str
+    rank: int
+    world: int
+    together: bool             # its members stepped as one Ensemble (batched)
+
+
+def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str]) -> Plan:
+    """Every check before the reference (``config``) runs, InputError
+    naming what is wrong: the core's options, the perturbation, the
+    torchrun split (``environ``), the schedule, the device, the output
+    folder and file, memory and disk."""
+    ref, ens, files = settings.reference, settings.ensemble, settings.files
+    if ref.compile and not cores.get(ref.core).compile:
+        raise InputError(f"--compile: the core {ref.core!r} takes no compile option")
+    if ens.perturb == "wind" and config.iproblem == 2:
+        raise InputError("--perturb wind: the box (iproblem=2) has no wind stress to perturb; "
+                         "use --perturb ic")
+    rank, world, local_rank = distribution(environ)
+    if ens.members < world:
+        raise InputError(f"--members {ens.members} < WORLD_SIZE = {world}: rank {world - 1} "
+                         "would have no member")
+    steps, records = schedule(config, settings.schedule.days, settings.schedule.every)
+    device = _device(ref.device, local_rank, world)
+    check_device(ref.core, device, ref.dtype)
+    mine = list(range(rank, ens.members, world))
+    output = Path(files.output)
+    path = dataset_file(output, rank, world)
+    prepare_output(output, (path,), files.overwrite)
+    check_partial(path, files.resume, files.overwrite)
+    together = batched(config, ref.core, ens.perturb, len(mine), ref.dtype, ref.compile, device)
+    check_memory(config, ref.core, ref.dtype, files.force, len(mine) if together else 1)
+    _check_disk(output, estimate_dataset_bytes(config, len(mine), records + 1), files.force)
+    return Plan(path, mine, steps, records, device, rank, world, together)
+
+
+def generate(config: Config, settings: GenerateSettings, *,
+             environ: Mapping[str, str] | None = None, log=None) -> Path:
+    """Write this process's dataset file (pompy.generate says what it
+    holds) for the physics ``config`` and return its path; InputError
+    before anything runs for bad input, ModelStop (with ``member`` set) if
+    a member blows up. ``environ``: where RANK and WORLD_SIZE are read
+    (default os.environ); ``log``: the stream of the size line and
+    per-member lines (default stderr). Interrupted (KeyboardInterrupt, or
+    :class:`pompy.errors.Interrupted`, or an error raised from one:
+    pompy.signals.interruption finds it), the finished snapshots are kept
+    in the ``.partial`` file (``kept`` of the interruption: that file and
+    what it holds, in words) and no temporary file stays."""
+    log = sys.stderr if log is None else log
+    ref, ens = settings.reference, settings.ensemble
+    reference = reference_config(config, ref.reference_dti, ref.reference_dte)
+    p = plan(reference, settings, os.environ if environ is None else environ)
+    spin = spinup_steps(reference, settings.schedule.spinup)
+    attributes = dataset_attributes(reference, settings, p.steps, p.rank, p.world, config, spin)
+    if settings.files.resume:
+        check_resumed(partial_file(p.path), reference, attributes)
+    prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
+    size = estimate_dataset_bytes(reference, len(p.members), p.records + 1)
+    print(f"{prefix}: {p.path} will take about {size / 1e6:.3g} MB ({len(p.members)} members x "
+          f"{p.records + 1} snapshots, every {p.steps} steps of the {ref.core} core at dti = "
+          f"{reference.dti:g} s)", file=log, flush=True)
+    if ref.compile:
+        print(f"{prefix}: {COMPILING}", file=log, flush=True)
+    model = set_up(ref.core, reference, p.device, ref.dtype, ref.compile)
+    start = model.capture()
+    seeds = [member_seed(ens.seed, m) for m in p.members]
+    winds = [wind_factor(reference, ens.perturb, m_seed, ens.amplitude) for m_seed in seeds]
+    if settings.files.resume:
+        writer = DatasetWriter.reopen(p.path)
+        print(f"{prefix}: resuming {writer.partial} ({writer.kept(p.members)})", file=log,
+              flush=True)
+    else:
+        writer = DatasetWriter(p.path, reference, start, p.members, seeds, winds,
+                               [spin + n * p.steps for n in range(p.records + 1)],
+                               start["time0"], attributes)
+    _run(model, start, writer, p, settings, seeds, winds, prefix, log)
+    return p.path
+
+
+def _run(model: Core, start: dict, writer: DatasetWriter, p: Plan, settings: GenerateSettings,
+         seeds: list[int], winds: list[float], prefix: str, log) -> None:
+    """The members, together or one by one, into ``writer``; the file
+    renamed into place when complete, kept as ``.partial`` when
+    interrupted, removed otherwise."""
+    ens = settings.ensemble
+    complete = False
+    try:
+        if p.together:
+            began = _time.perf_counter()
+            run_ensemble(model, start, writer, p.members, ens.perturb, seeds, ens.amplitude,
+                         winds, p.steps, p.records)
+            print(f"{prefix}: members {', '.join(map(str, p.members))} together: "
+                  f"{p.records * p.steps} steps in {_time.perf_counter() - began:.2f} s",
+                  file=log, flush=True)
+        else:
+            for local, (m, m_seed, wind) in enumerate(zip(p.members, seeds, winds)):
+                if writer.done[local] == p.records + 1:
+                    continue                  # finished before the interruption
+                began = _time.perf_counter()
+                try:
+                    run_member(model, start, writer, local, ens.perturb, m_seed, ens.amplitude,
+                               wind, p.steps, p.records)
+                except ModelStop as exc:
+                    exc.member = m            # for the message: which member blew up
+                    raise
+                print(f"{prefix}: member {m}: {p.records * p.steps} steps in "
+                      f"{_time.perf_counter() - began:.2f} s", file=log, flush=True)
+        complete = True
+    except BaseException as exc:
+        stop = interruption(exc)              # a signal's, torch.compile's error from one
+        if stop is None:
+            raise
+        kept = writer.close(False, keep=True)
+        stop.kept = (kept, writer.kept(p.members) if kept is not None else "")
+        writer = None
+        raise
+    finally:
+        if writer is not None:
+            writer.close(complete)       # renamed into place only when complete

@@ -1,0 +1,129 @@
+"""Running a process's members: one after another on one core
+(:func:`run_member`), or stepped together as one
+:class:`pompy.core.ensemble.Ensemble` (:func:`run_ensemble`) where that
+pays (:func:`batched`). Each member is its single run to the last bit
+either way, and either way a member the writer holds snapshots of (an
+interrupted file, ``--resume``) goes on from its last one.
+
+The core is driven through Core's interface (run_initialization,
+capture, snapshot, restore, inject, run_generation_day; Ensemble's
+load_member, set_member_params, advance, snapshot). Three things reach
+past it, as Core has no call for them: a member's wind factor is set in
+the core's ``params`` (what surface_forcing reads), the ic perturbation
+recomputes rho with the core's ``params`` and ``routines``
+(pompy.generate.perturbations.perturb_ic), and the snapshots
+run_generation_day returns, once written, are dropped from the core's
+``generation_records``, where it keeps them until the next restore.
+"""
+from __future__ import annotations
+
+import torch
+
+from pompy import cores
+from pompy.config import Config
+from pompy.core.ensemble import Ensemble
+from pompy.core.model import Core, forward_only
+from pompy.errors import ModelStop
+from pompy.generate.perturbations import perturb_start
+from pompy.generate.writer import DatasetWriter
+
+# On the CPU an Ensemble pays only while a member's fields are small:
+# validation/ensemble.py, per member and step at B = 8 against B = 1, 1
+# thread, in inference mode: 0.37-0.41x at 21x17x11, 0.49x at 33x25x21,
+# 0.45-0.69x at 45x35x21 (33,075 cells), 0.97-1.08x at 55x41x21,
+# 0.96-1.15x at 65x49x21; at 128x128x21 (B = 4) 1.31x. Beyond this many
+# cells a CPU process steps its members one after another.
+BATCH_CELLS = 40_000
+
+
+def batched(config: Config, core: str, perturb: str, members: int, dtype: str,
+            compile: bool = False, device: str = "cpu") -> bool:
+    """Whether a process runs its members as one Ensemble: the explicit
+    core, more than one member, with ic perturbations (one set of
+    parameters) or, in float64, wind members (a wind factor each:
+    Ensemble.set_member_params), and on the CPU a grid of at most
+    BATCH_CELLS cells, where it pays; each member is its single run to the
+    last bit either way. On a GPU always (not measured: no GPU has been
+    lent; a batch there fills a device a small grid leaves idle). Not a
+    core whose registry entry says no ``ensembles`` (the implicit core: its
+    members batched are their single runs' bits, its PCG run for all at
+    once, but that has been timed in training alone), nor float32 wind
+    members (their factor would round otherwise), nor with ``compile``:
+    compiled graphs do not serve the ensemble's vmap, and one compiled
+    core stepping the members in turn is faster still."""
+    small = torch.device(device).type != "cpu" or config.im * config.jm * config.kb <= BATCH_CELLS
+    return not compile and cores.get(core).ensembles and members > 1 and small \
+        and (perturb == "ic" or dtype == "float64")
+
+
+def set_up(core_name: str, config: Config, device: str, dtype: str, compile: bool = False) -> Core:
+    """The reference core from the registry, set up and CFL-checked on its
+    own set-up, as ``pompy run`` checks it."""
+    spec = cores.get(core_name)
+    options = {"compile": True} if compile else {}       # a registered core may not take it
+    core = spec.make(config, device=device, dtype=getattr(torch, dtype), **options)
+    core.run_initialization()
+    spec.check_cfl(config, core.state)
+    return core
+
+
+def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, perturb: str,
+               seed: int, amplitude: float, wind: float, steps: int, records: int) -> None:
+    """The file's member ``local`` from the set-up ``start``, of
+    perturbation seed ``seed`` and wind factor ``wind``: perturbed, the
+    spin-up run unrecorded, its time-0 snapshot, then ``records``
+    snapshots every ``steps`` steps; a member the writer holds snapshots
+    of goes on from its last one."""
+    done = writer.done[local]
+    if done:
+        core.restore({**start, **writer.read(local, done - 1, core.device, core.dtype)})
+    else:
+        core.restore(start)
+    core.params = dict(core.params, wind_factor=wind)     # what surface_forcing reads
+    if not done:
+        perturb_start(core, perturb, seed, amplitude)
+        if writer.iints[0]:                  # the spin-up, unrecorded
+            core.run_generation_day(writer.iints[0], capture_interval=0)
+        writer.write(local, 0, core.snapshot())
+    for n in range(max(done, 1), records + 1):
+        (record,) = core.run_generation_day(steps, capture_interval=steps)
+        core.generation_records.clear()     # written: the core need not keep it
+        writer.write(local, n, record)
+
+
+def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[int],
+                 perturb: str, seeds: list[int], amplitude: float, winds: list[float],
+                 steps: int, records: int) -> None:
+    """The process's members as one Ensemble: each perturbed from ``start``
+    and given its wind factor as run_member does, then stepped together;
+    with snapshots already written (--resume), from the last one every
+    member has. A member that blows up is named in the ModelStop by its
+    ensemble number."""
+    done = min(writer.done)
+    initial = []
+    for local, m_seed in enumerate(seeds):
+        if done:
+            model.restore({**start, **writer.read(local, done - 1, model.device, model.dtype)})
+        else:
+            model.restore(start)
+            perturb_start(model, perturb, m_seed, amplitude)
+        initial.append(model.snapshot())
+    ens = Ensemble(model, len(members))
+    for local, (record, wind) in enumerate(zip(initial, winds)):
+        ens.load_member(local, {n: record[n] for n in ens.state if n in record})
+        if wind != model.params["wind_factor"]:
+            ens.set_member_params(local, wind_factor=wind)
+    spin = writer.iints[0]
+    try:
+        with forward_only(model):
+            if not done:
+                ens.advance(spin)            # the spin-up, unrecorded (none: iint 0)
+                for local, record in enumerate(initial):
+                    writer.write(local, 0, ens.snapshot(local) if spin else record)
+            for n in range(max(done, 1), records + 1):
+                ens.advance(spin + n * steps)
+                for local in range(len(members)):
+                    writer.write(local, n, ens.snapshot(local))
+    except ModelStop as exc:
+        exc.member = members[exc.member]
+        raise
