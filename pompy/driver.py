@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from pompy import cores, files
 from pompy.config import Config, nint, state_differences
+from pompy.core.model import forward_only
 from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
 from pompy.io import (OutputWriter, Restart, estimate_output_bytes, history_line, incomplete_path,
                       read_restart, restart_bytes, write_restart)
@@ -396,19 +397,46 @@ def _kept(writer: OutputWriter, restart: Path | BaseException, iint: int) -> str
         "earlier one is as it was"
 
 
-def _time_loop(model, config: Config, core: str, first: int, last: int, records: list[int],
-               out_path: Path, restart_path: Path, progress: bool, fortran_math: bool,
-               dtype: str = "float64", history: str | None = None):
-    days = lambda iint: config.dti * iint / 86400 + model.time0  # noqa: E731
-    restarts = set(every(config, config.restart_every, first, last)) if config.restart_every > 0 \
-        else set()
-
+def _run_attributes(model, core: str, dtype: str, fortran_math: bool,
+                    history: str | None) -> dict:
+    """What a run's output and restart files say of how they were made."""
     attributes = {"core": core, "dtype": dtype, "elementary_functions": (
         "pom2k's (gfortran) via pompy.compat.fortran_math: bit for bit with Fortran"
         if fortran_math else "gfortran's (the oracle)" if cores.is_twin(core) else "torch's"),
         "torch_compile": COMPILED if getattr(model, "graphs", None) is not None else "none"}
     if history is not None:
         attributes["history"] = f"{history_line()}\n{history}"
+    return attributes
+
+
+def _noted(path: Path | EnvironmentFault, iint: int, error: BaseException) -> Path | None:
+    """The restart written, or None with a note on ``error`` saying why not."""
+    if isinstance(path, Path):
+        return path
+    error.add_note(f"pompy: the restart of iint={iint} could not be written: {path}")
+    return None
+
+
+def _close_output(writer, try_save, last: int) -> None:
+    """The output's last record written and the file closed; on an error
+    the restart of ``last`` is still tried, and a fault of the machine
+    says what was kept."""
+    try:
+        writer.close()              # the last record; a record's error raised here
+    except BaseException as exc:
+        path = try_save()
+        if isinstance(exc, EnvironmentFault):
+            raise EnvironmentFault(f"{exc}; {_kept(writer, path, last)}") from None
+        raise
+
+
+def _time_loop(model, config: Config, core: str, first: int, last: int, records: list[int],
+               out_path: Path, restart_path: Path, progress: bool, fortran_math: bool,
+               dtype: str = "float64", history: str | None = None):
+    days = lambda iint: config.dti * iint / 86400 + model.time0  # noqa: E731
+    restarts = set(every(config, config.restart_every, first, last)) if config.restart_every > 0 \
+        else set()
+    attributes = _run_attributes(model, core, dtype, fortran_math, history)
 
     def save(state: dict, iint: int) -> Path:
         writer.drain()          # HDF5 is not thread-safe: the output record first
@@ -423,17 +451,11 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
             return fault
 
     def saved_or_noted(state: dict, iint: int, error: BaseException) -> Path | None:
-        path = try_save(state, iint)
-        if isinstance(path, Path):
-            return path
-        error.add_note(f"pompy: the restart of iint={iint} could not be written: {path}")
-        return None
+        return _noted(try_save(state, iint), iint, error)
 
     def output_noted(error: BaseException) -> None:
         if writer.part.exists():
             error.add_note(f"pompy: the output is left in {writer.part}, unfinished")
-
-    from pompy.core.model import forward_only
 
     # a run keeps no graph: without one the cores may take host-side fast
     # paths (ops.sqrt_rn through numpy) that a gradient step must not
@@ -481,13 +503,7 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
             raise _closing(writer, exc)
         finally:
             bar.close()
-        try:
-            writer.close()              # the last record; a record's error raised here
-        except BaseException as exc:
-            path = try_save(model.numpy_state(), last)
-            if isinstance(exc, EnvironmentFault):
-                raise EnvironmentFault(f"{exc}; {_kept(writer, path, last)}") from None
-            raise
+        _close_output(writer, lambda: try_save(model.numpy_state(), last), last)
         save(model.numpy_state(), last)       # a signal now finds the run complete
     if progress:
         print(f"{last - first + 1} internal steps in {_time.perf_counter() - start:.2f} s; "
