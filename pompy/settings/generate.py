@@ -25,7 +25,7 @@ def _core(v: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class GenerateSchedule:
     days: float | None = setting(None, "model days each member runs (a whole number of --every)",
                                  check=positive_days)
     every: float | None = setting(None, "days between snapshots (a whole number of the "
@@ -38,7 +38,7 @@ class Schedule:
 
 
 @dataclass(frozen=True)
-class Reference:
+class ReferenceModel:
     core: str = setting(cores.DEFAULT, "the reference core that makes the trajectories ("
                         f"{', '.join(cores.NAMES)})", check=_core, metavar="CORE")
     reference_dti: float = setting(0.0, "the reference's internal step dti in s (0: the "
@@ -58,7 +58,7 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class Ensemble:
+class EnsembleMembers:
     members: int = setting(1, "ensemble size N", check=at_least(1))
     perturb: str = setting("ic", "perturbation of members m > 0 (ic: initial temperature noise; "
                            "wind: a wind stress factor per member)", choices=PERTURBATIONS)
@@ -69,7 +69,7 @@ class Ensemble:
 
 
 @dataclass(frozen=True)
-class Files:
+class DatasetFiles:
     output: Path = setting(None, "folder of the dataset file", flag_only=True, required=True,
                            metavar="DIR")
     overwrite: bool = setting(False, "replace an existing dataset file", flag_only=True)
@@ -91,10 +91,10 @@ class GenerateSettings:
     overrides: tuple[str, ...] = setting((), "override one parameter, value as in a namelist "
                                          "(repeatable)", flag="--set", append=True,
                                          flag_only=True, metavar="NAME=VALUE")
-    schedule: Schedule = Schedule()
-    reference: Reference = Reference()
-    ensemble: Ensemble = Ensemble()
-    files: Files = Files()
+    schedule: GenerateSchedule = GenerateSchedule()
+    reference: ReferenceModel = ReferenceModel()
+    ensemble: EnsembleMembers = EnsembleMembers()
+    files: DatasetFiles = DatasetFiles()
 
     def checked(self) -> GenerateSettings:
         """days and every given; the amplitude of the perturbation's kind by default."""

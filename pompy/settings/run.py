@@ -14,7 +14,7 @@ from pompy.settings.base import at_least, non_negative_days, positive_days, sett
 
 
 @dataclass(frozen=True)
-class Model:
+class RunModel:
     core: str = setting(cores.DEFAULT, "the torch core, or the Fortran oracle",
                         choices=cores.RUNNABLE)
     device: str = setting("cpu", "torch device of a torch core: cpu, cuda, cuda:N")
@@ -31,7 +31,7 @@ class Model:
 
 
 @dataclass(frozen=True)
-class Length:
+class RunLength:
     steps: int | None = setting(None, "internal steps to run (default: the config's days; a "
                                 "continued run goes on to the end the run that wrote the restart "
                                 "was heading for)", check=at_least(1), metavar="N")
@@ -40,7 +40,7 @@ class Length:
 
 
 @dataclass(frozen=True)
-class Files:
+class RunFiles:
     output: Path | None = setting(None, "output folder (default: output/<config name>)",
                                   metavar="DIR")
     restart: Path | None = setting(None, "continue from a restart file written by an earlier "
@@ -63,7 +63,7 @@ class Files:
 
 
 @dataclass(frozen=True)
-class Checks:
+class StopChecks:
     no_cfl_check: bool = setting(False, "let a dte at or above the external CFL limit through "
                                  "(the run will blow up)", flag="--no-cfl-check", flag_only=True)
     check_every: int = setting(1, "read the stop checks (velocity, finiteness, the implicit "
@@ -81,10 +81,10 @@ class RunSettings:
     overrides: tuple[str, ...] = setting((), "override one parameter, value as in a namelist "
                                          "(repeatable)", flag="--set", append=True,
                                          metavar="NAME=VALUE")
-    model: Model = Model()
-    length: Length = Length()
-    files: Files = Files()
-    checks: Checks = Checks()
+    model: RunModel = RunModel()
+    length: RunLength = RunLength()
+    files: RunFiles = RunFiles()
+    checks: StopChecks = StopChecks()
 
     def checked(self) -> RunSettings:
         """One of --steps and --days; the output folder by the config's name."""
