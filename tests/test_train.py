@@ -908,7 +908,7 @@ def test_the_test_split_is_evaluated_whole_on_one_process_and_two(made, home, tm
 
 
 def test_torchrun_every_rank_refuses_without_a_certificate(made, tmp_path, monkeypatch):
-    """Each rank checks the certificate before joining the group: both say
+    """Each rank checks the certificate, then the ranks agree: both say
     why and exit 2 (nothing waits for a rank that is gone); no output.
     torchrun stops the other ranks once it sees one fail: it looks every 10 s
     here (0.1 s by default, which once stopped rank 0 before it had said
@@ -926,6 +926,46 @@ def test_torchrun_every_rank_refuses_without_a_certificate(made, tmp_path, monke
     output = result.stdout + result.stderr
     assert output.count("pompy: no verification certificate for the implicit core") == 2, output
     assert "exitcode  : 2" in output, output
+    assert not (tmp_path / "out").exists()
+
+
+REFUSING_RANK = textwrap.dedent("""
+    import os, sys
+    from pompy import train
+    from pompy.errors import InputError
+    from pompy.verify.certificate import require_certificate
+
+    def gate(*args, **kwargs):        # rank 1 alone is refused (its own certificate folder)
+        if os.environ["RANK"] == "1":
+            raise InputError("rank 1 has no certificate here")
+        return require_certificate(*args, **kwargs)
+
+    try:
+        train.NPOMTrainerDDP(train.parse_settings(sys.argv[1:]), gate=gate)
+    except InputError as err:
+        print(f"pompy: {err}", flush=True)
+        sys.exit(2)
+""")
+
+
+def test_a_refusal_on_one_rank_stops_every_rank(made, home, tmp_path):
+    """The ranks agree before anything is built: a gate that refuses on rank
+    1 alone stops rank 0 too, each with its line and exit 2, at once (not
+    after a collective's timeout), and nothing is written."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(REFUSING_RANK)
+    config = train_config(made, tmp_path, batch_size=1)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--monitor-interval=10", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+         str(worker), "--config", str(config), "--data", str(made[2]),
+         "--output", str(tmp_path / "out")],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120)
+    output = result.stdout + result.stderr
+    assert "pompy: rank 1 has no certificate here" in output, output
+    assert "pompy: rank 0: another rank refused to start (its message says why); no rank " \
+        "trains" in output, output
+    assert result.returncode != 0 and "exitcode  : 2" in output, output
     assert not (tmp_path / "out").exists()
 
 

@@ -73,6 +73,7 @@ from tqdm import tqdm
 
 from pompy.config import Config, load_config
 from pompy.distributed import Distributed
+from pompy.errors import InputError
 from pompy.settings.train import TrainSettings
 from pompy.train.checkpoint import (certificate_id, load_resume, rng_state, save_atomically,
                                     set_rng_state)
@@ -105,8 +106,8 @@ class NPOMTrainerDDP:
         self.last_checkpoint: tuple[Path, int] | None = None     # (file, its epoch)
         self.log: TrainingLog | None = None
         self.start_epoch = 0
-        resume = self._pass_the_gate(gate)
         self.dist.join()
+        resume = self._pass_the_gate(gate)
         self.data = TrainingData(s.data, self.config, LOSS_FIELDS, self.dist)
         self.data.loaders(self.dist, s.optimizer.seed)
         self.physics = PhysicsRunner(s.physics, self.config, self.device, self.dtype,
@@ -129,9 +130,21 @@ class NPOMTrainerDDP:
             self.log = TrainingLog(s.checkpoint.output, self.start_epoch, resume is not None)
 
     def _pass_the_gate(self, gate: Gate) -> dict | None:
-        """The certificate, on every rank before anything is built or joined,
-        and so the checkpoint to resume and the output folder, so that every
-        rank refuses alike. The checkpoint's body, if resuming."""
+        """The certificate on every rank before anything is built, and so the
+        checkpoint to resume and the output folder; the ranks then agree,
+        so that a refusal on one (its own certificate folder, its disk) stops
+        them all, each with a line. The checkpoint's body, if resuming."""
+        refusal = None
+        try:
+            resume = self._open_the_gate(gate)
+        except InputError as err:
+            refusal, resume = err, None
+        if not self.dist.agree(refusal is None):
+            raise refusal or InputError(f"rank {self.dist.rank}: another rank refused to start "
+                                        "(its message says why); no rank trains")
+        return resume
+
+    def _open_the_gate(self, gate: Gate) -> dict | None:
         s = self.settings
         self.certificate = gate(s.physics.core, self.device, s.physics.dtype, self.config,
                                 config_name=str(s.config))
