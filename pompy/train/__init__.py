@@ -24,7 +24,7 @@ chooses its allocator before torch loads (pompy.train.__main__).
 """
 from __future__ import annotations
 
-import importlib
+from pompy.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "InputError": "pompy.errors",
@@ -50,11 +50,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, lambda: globals())
