@@ -684,6 +684,11 @@ def test_print_config_shows_each_value_and_where_it_comes_from(made, tmp_path, c
     assert re.search(r"epochs = 3 +! flag$", lines["epochs"])
     assert re.search(r"normalizer_samples = 64 +! default$", lines["normalizer_samples"])
     assert not (tmp_path / "o").exists()
+    # before --data and --output are known: the values, and what a run still needs
+    assert train.main(["--config", str(config), "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "epochs = 7" in out and out.rstrip().endswith(
+        "! a run needs more: --data and --output are required (or set them in &train)")
 
 
 # ------------------------------------------------------------------ two processes

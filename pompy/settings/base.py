@@ -193,10 +193,17 @@ def _merge(cls: type, flags: Mapping[str, Any], config: Path | None
 
 
 def _finish(cls: type[S], values: dict[str, Any]) -> S:
+    return _build(cls, _checked_values(cls, values)).checked()
+
+
+def _checked_values(cls: type, values: dict[str, Any], required: bool = True
+                    ) -> dict[str, Any]:
+    """Each value of its setting's kind and passing its check; a required
+    one given (unless not ``required``)."""
     for name, leaf in {leaf.name: leaf for leaf in leaves(cls)}.items():
         value = values[name]
         if value is None:
-            if leaf.meta["required"]:
+            if leaf.meta["required"] and required:
                 raise InputError(f"{leaf.flag} is required")
             continue
         if leaf.meta["append"]:
@@ -213,7 +220,7 @@ def _finish(cls: type[S], values: dict[str, Any]) -> S:
         why = leaf.meta["check"](value) if leaf.meta["check"] else None
         if why:
             raise InputError(f"{leaf.flag} {value}: {why}")
-    return _build(cls, values).checked()
+    return values
 
 
 # ------------------------------------------------------------------ checks
@@ -300,11 +307,16 @@ def from_parsed(cls: type[S], parsed: argparse.Namespace) -> S:
 def describe(cls: type, parsed: argparse.Namespace) -> str:
     """What ``--print-config`` prints: the settings as the config's
     namelist group would write them, section by section, each with its
-    source; flag-only settings as comments. The values are checked first
-    (a bad one is the InputError a run would give)."""
+    source; flag-only settings as comments. Each value is checked (a bad
+    one is the InputError a run would give); what a run would still need
+    (--data, ...) is said last."""
     flags = {leaf.name: getattr(parsed, leaf.name, None) for leaf in leaves(cls)}
     values, source = _merge(cls, flags, None)
-    settings = _finish(cls, dict(values))
+    settings = _build(cls, _checked_values(cls, dict(values), required=False))
+    try:
+        settings, missing = settings.checked(), None
+    except InputError as err:
+        missing = str(err)
     resolved = flat(settings)
     group = getattr(cls, "GROUP", None) or cls.__name__
     lines, section = [f"&{group}"], None
@@ -319,7 +331,10 @@ def describe(cls: type, parsed: argparse.Namespace) -> str:
         if not leaf.in_namelist:
             entry = f"! {entry}"
         lines.append(f"    {entry:<44} ! {source[leaf.name]}")
-    return "\n".join(lines + ["/"])
+    lines.append("/")
+    if missing:
+        lines.append(f"! a run needs more: {missing}")
+    return "\n".join(lines)
 
 
 def _literal(value: Any) -> str:
