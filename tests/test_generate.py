@@ -815,9 +815,10 @@ def test_signals_raise_an_interrupt_that_is_found_through_a_wrapping_error():
     """raising_signals: SIGTERM raises pompy.errors.Interrupted where the
     program is, the previous handler back on exit. An error raised from it
     (as torch.compile raises a TorchRuntimeError from one that stops its
-    tracing, measured) still counts as the interrupt: pompy.signals.interruption."""
+    tracing, measured) still counts as the interrupt: pompy.signals.interruption.
+    One that code drops is raised again at the next raise_pending."""
     from pompy.errors import Interrupted
-    from pompy.signals import interruption, raising_signals
+    from pompy.signals import interruption, raise_pending, raising_signals
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as caught, raising_signals():
@@ -832,3 +833,13 @@ def test_signals_raise_an_interrupt_that_is_found_through_a_wrapping_error():
         assert interruption(wrapped).signum == signal.SIGTERM
     assert interruption(RuntimeError("no signal")) is None
     assert isinstance(interruption(KeyboardInterrupt()), KeyboardInterrupt)
+    raise_pending()                                  # no block, no signal: nothing
+    with pytest.raises(Interrupted) as caught, raising_signals():
+        raise_pending()                              # no signal yet: nothing
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except BaseException:                        # dropped, as netCDF4's attribute probes do
+            pass
+        raise_pending()
+    assert caught.value.signum == signal.SIGTERM
+    raise_pending()                                  # the block is over

@@ -3,7 +3,9 @@
 :class:`pompy.core.ensemble.Ensemble` (:func:`run_ensemble`) where that
 pays (:func:`batched`). Each member is its single run to the last bit
 either way, and either way a member the writer holds snapshots of (an
-interrupted file, ``--resume``) goes on from its last one.
+interrupted file, ``--resume``) goes on from its last one. After each
+snapshot written, a signal that came and was dropped on its way stops
+the run (pompy.signals.raise_pending).
 
 The core is driven through Core's interface (run_initialization,
 capture, snapshot, restore, inject, run_generation_day; Ensemble's
@@ -26,6 +28,7 @@ from pompy.core.model import Core, forward_only
 from pompy.errors import ModelStop
 from pompy.generate.perturbations import perturb_start
 from pompy.generate.writer import DatasetWriter
+from pompy.signals import raise_pending
 
 # On the CPU an Ensemble pays only while a member's fields are small:
 # validation/ensemble.py, per member and step at B = 8 against B = 1, 1
@@ -85,10 +88,12 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
         if writer.iints[0]:                  # the spin-up, unrecorded
             core.run_generation_day(writer.iints[0], capture_interval=0)
         writer.write(local, 0, core.snapshot())
+        raise_pending()                      # a signal something dropped: stop here
     for n in range(max(done, 1), records + 1):
         (record,) = core.run_generation_day(steps, capture_interval=steps)
         core.generation_records.clear()     # written: the core need not keep it
         writer.write(local, n, record)
+        raise_pending()
 
 
 def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[int],
@@ -120,10 +125,12 @@ def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[
                 ens.advance(spin)            # the spin-up, unrecorded (none: iint 0)
                 for local, record in enumerate(initial):
                     writer.write(local, 0, ens.snapshot(local) if spin else record)
+                raise_pending()              # a signal something dropped: stop here
             for n in range(max(done, 1), records + 1):
                 ens.advance(spin + n * steps)
                 for local in range(len(members)):
                     writer.write(local, n, ens.snapshot(local))
+                raise_pending()
     except ModelStop as exc:
         exc.member = members[exc.member]
         raise
