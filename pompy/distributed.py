@@ -37,6 +37,15 @@ def _ranks(environ: Mapping[str, str]) -> tuple[int, int, int]:
     return rank, world, values.get("LOCAL_RANK", rank)
 
 
+def torch_device(name: str) -> torch.device:
+    """The torch device of ``--device NAME``; InputError naming it where
+    torch knows no such device."""
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise InputError(f"--device {name}: not a torch device (cpu, cuda, cuda:N)") from None
+
+
 @dataclasses.dataclass
 class Distributed:
     """This process among torchrun's: its rank, the world size, its local
@@ -51,7 +60,7 @@ class Distributed:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], device: str = "cpu") -> Distributed:
         rank, world, local = _ranks(environ)
-        return cls(rank, world, local, torch.device(cls.device_name(device, local, world)))
+        return cls(rank, world, local, torch_device(cls.device_name(device, local, world)))
 
     @staticmethod
     def device_name(device: str, local_rank: int, world_size: int) -> str:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from pompy import cores, files
 from pompy.config import Config, nint, state_differences
 from pompy.core.model import forward_only
+from pompy.distributed import torch_device
 from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
 from pompy.io import (OutputWriter, Restart, estimate_output_bytes, history_line, incomplete_path,
                       read_restart, restart_bytes, write_restart)
@@ -75,10 +76,7 @@ def check_device(core: str, device: str, dtype: str, fortran_math: bool = False)
                          f"{' or '.join(n for n, s in cores.CORES.items() if s.fortran_math)})")
     import torch
 
-    try:
-        kind = torch.device(device).type
-    except RuntimeError:
-        raise InputError(f"--device {device}: not a torch device (cpu, cuda, cuda:N)") from None
+    kind = torch_device(device).type
     if kind == "cuda" and not torch.cuda.is_available():
         raise InputError(f"--device {device}: this torch has no CUDA device")
     if kind not in ("cpu", "cuda"):

@@ -83,7 +83,7 @@ pompy.generate`` chooses its allocator before torch loads
 """
 from __future__ import annotations
 
-import importlib
+from pompy.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "InputError": "pompy.errors",
@@ -100,7 +100,7 @@ _EXPORTS = {
     "partial_file": "pompy.generate.writer", "temporary_file": "pompy.generate.writer",
     "BATCH_CELLS": "pompy.generate.members", "batched": "pompy.generate.members",
     "Plan": "pompy.generate.generation", "plan": "pompy.generate.generation",
-    "generate": "pompy.generate.generation", "distribution": "pompy.generate.generation",
+    "generate": "pompy.generate.generation",
     "DESCRIPTION": "pompy.generate.command", "add_arguments": "pompy.generate.command",
     "continue_command": "pompy.generate.command", "main": "pompy.generate.command",
     "run_command": "pompy.generate.command",
@@ -108,11 +108,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, lambda: globals())

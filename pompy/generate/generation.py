@@ -2,7 +2,7 @@
 runs (:func:`plan`), then done (:func:`generate`).
 
 Under torchrun each process reads RANK, WORLD_SIZE and LOCAL_RANK
-(:func:`distribution`), runs the members m with m % WORLD_SIZE == RANK
+(pompy.distributed.Distributed), runs the members m with m % WORLD_SIZE == RANK
 and writes its own file; the ranks never talk, so no process group is
 made.
 """
@@ -20,6 +20,7 @@ from pompy import cores
 from pompy.config import Config
 from pompy.core.model import Core
 from pompy.dataset import dataset_file
+from pompy.distributed import Distributed
 from pompy.driver import COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.generate.members import batched, run_ensemble, run_member, set_up
@@ -30,28 +31,6 @@ from pompy.generate.writer import (DatasetWriter, check_partial, check_resumed, 
 from pompy.resources import gigabytes
 from pompy.settings import GenerateSettings
 from pompy.signals import interruption
-
-
-def distribution(environ: Mapping[str, str]) -> tuple[int, int, int]:
-    """(RANK, WORLD_SIZE, LOCAL_RANK) as torchrun sets them; (0, 1, 0) without."""
-    values = {}
-    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", None)):
-        text = environ.get(name, default)
-        if text is None:
-            continue
-        try:
-            values[name] = int(text)
-        except ValueError:
-            raise InputError(f"environment variable {name}={text!r} is not an integer") from None
-    rank, world = values["RANK"], values["WORLD_SIZE"]
-    if world < 1 or not 0 <= rank < world:
-        raise InputError(f"RANK={rank}, WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
-    return rank, world, values.get("LOCAL_RANK", rank)
-
-
-def _device(device: str, local_rank: int, world: int) -> str:
-    """Each rank on its own GPU (cuda:LOCAL_RANK) when a bare 'cuda' is asked for."""
-    return f"cuda:{local_rank}" if device == "cuda" and world > 1 else device
 
 
 def _check_disk(folder: Path, size: int, force: bool) -> None:
@@ -84,12 +63,13 @@ def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str])
     if ens.perturb == "wind" and config.iproblem == 2:
         raise InputError("--perturb wind: the box (iproblem=2) has no wind stress to perturb; "
                          "use --perturb ic")
-    rank, world, local_rank = distribution(environ)
+    ranks = Distributed.from_environ(environ, ref.device)
+    rank, world = ranks.rank, ranks.world_size
     if ens.members < world:
         raise InputError(f"--members {ens.members} < WORLD_SIZE = {world}: rank {world - 1} "
                          "would have no member")
     steps, records = schedule(config, settings.schedule.days, settings.schedule.every)
-    device = _device(ref.device, local_rank, world)
+    device = str(ranks.device)
     check_device(ref.core, device, ref.dtype)
     mine = list(range(rank, ens.members, world))
     output = Path(files.output)
