@@ -21,7 +21,7 @@ from torch.autograd import forward_ad
 
 from pompy import cli
 from pompy.config import Config, load_config, parse_override
-from pompy.core.external import cg, multigrid
+from pompy.core.external import cg, multigrid, stencil
 from pompy.core.external import implicit as scheme
 from pompy.core.implicit import ImplicitCore
 from pompy.errors import ConfigError
@@ -151,7 +151,7 @@ def test_coarse_levels_keep_the_land_and_the_five_point_form():
         assert torch.equal(c.active, counts > 0)
         # the cells' own terms (areas) add up: sum of (diag - faces) kept
         def own(op):
-            v = cg._interior(op)
+            v = stencil.interior_of(op)
             return float(torch.where(v.active, v.diag - (v.cx + v.cx_p + v.cy + v.cy_p), 0).sum())
         assert own(c) == pytest.approx(own(fine.a), rel=1e-12)
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from pompy import cores
 from pompy.config import TRAIN_GROUP
 from pompy.errors import InputError
-from pompy.settings.base import (RETIRED, at_least, flat, from_values, leaves, non_negative, positive,
+from pompy.settings.base import (at_least, flat, from_values, leaves, non_negative, positive,
                                  a_seed, setting)
 from pompy.train.checks import latest_checkpoint
 from pompy.train.losses import LOSS_FIELDS, LOSS_WEIGHTS
@@ -217,14 +217,14 @@ class TrainSettings:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in flat(self).items()}
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any], **changes: Any) -> TrainSettings:
+    def from_record(cls, record: Mapping[str, Any]) -> TrainSettings:
         """The settings of a checkpoint's record (an older checkpoint's
-        retired and derived entries dropped), ``changes`` over them."""
+        retired and derived entries dropped), not resuming."""
         known = {leaf.name for leaf in leaves(cls)}
-        values = {k: v for k, v in record.items() if k in known} | changes
+        values = {k: v for k, v in record.items() if k in known}
         return from_values(cls, values | {"resume": None})
 
 
 __all__ = ["TrainSettings", "Data", "Model", "Optimizer", "Physics", "Checkpoint", "Log",
-           "LEARNABLE", "RETIRED", "parse_learn", "parse_loss_weights",
+           "LEARNABLE", "parse_learn", "parse_loss_weights",
            "parse_physics_checkpoint"]
