@@ -64,8 +64,12 @@ class Distributed:
 
     @staticmethod
     def device_name(device: str, local_rank: int, world_size: int) -> str:
-        """Each rank on its own GPU (cuda:LOCAL_RANK) when a bare 'cuda' is asked for."""
-        return f"cuda:{local_rank}" if str(device) == "cuda" and world_size > 1 else str(device)
+        """Under torchrun each rank on its own GPU, cuda:LOCAL_RANK, whatever
+        cuda device was asked for (one device for all would be shared by
+        every rank); one process on the device asked for."""
+        if world_size > 1 and str(device).startswith("cuda"):
+            return f"cuda:{local_rank}"
+        return str(device)
 
     @property
     def is_main(self) -> bool:

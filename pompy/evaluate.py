@@ -107,16 +107,18 @@ class TrainedModel:
         self.runner = PhysicsRunner(settings.physics, self.config, dist.device, dtype,
                                     settings.data.steps_per_correction, rank=0)
 
-    def rollout(self, ics: Mapping, cycles: int, corrected: bool) -> dict:
-        """``cycles`` correction cycles from ``ics``, corrected or the physics
-        alone; ModelStop naming the samples whose physics stopped."""
+    def rollout(self, ics: Mapping, cycles: int, corrected: bool,
+                members: Sequence[int]) -> dict:
+        """``cycles`` correction cycles from ``ics`` (the initial states of
+        ``members``), corrected or the physics alone; ModelStop naming the
+        members whose physics stopped."""
         poms = self.runner.borrow(len(ics["iint"]))
         preds = run_hybrid(self.runner, self.correctors if corrected else None,
                            self.normalizer, poms, ics, cycles)
-        failed = [i for i, f in enumerate(self.runner.failed) if f]
+        failed = [m for m, f in zip(members, self.runner.failed) if f]
         if failed:
             raise ModelStop(f"the {'corrected' if corrected else 'uncorrected'} physics of "
-                            f"sample(s) {failed} stopped in the rollout")
+                            f"member(s) {failed} stopped in the rollout")
         return preds
 
 
@@ -148,8 +150,8 @@ def rollouts(model: TrainedModel, dataset: SnapshotDataset, members: Sequence[in
     ics, refs = collate_samples(dataset, samples)
     cycles = refs["u"].shape[1]
     with torch.no_grad():
-        corrected = model.rollout(ics, cycles, corrected=True)
-        uncorrected = model.rollout(ics, cycles, corrected=False)
+        corrected = model.rollout(ics, cycles, True, members)
+        uncorrected = model.rollout(ics, cycles, False, members)
     lead = [float(t - samples[0]["time"]) * 86400.0 for t in samples[0]["target_time"]]
     return corrected, uncorrected, refs, lead
 

@@ -73,7 +73,7 @@ from tqdm import tqdm
 
 from pompy.config import Config, load_config
 from pompy.distributed import Distributed
-from pompy.errors import InputError
+from pompy.errors import EnvironmentFault, InputError
 from pompy.settings.train import TrainSettings
 from pompy.train.checkpoint import (certificate_id, load_resume, rng_state, save_atomically,
                                     set_rng_state)
@@ -137,7 +137,7 @@ class NPOMTrainerDDP:
         refusal = None
         try:
             resume = self._open_the_gate(gate)
-        except InputError as err:
+        except (InputError, EnvironmentFault) as err:
             refusal, resume = err, None
         if not self.dist.agree(refusal is None):
             raise refusal or InputError(f"rank {self.dist.rank}: another rank refused to start "
