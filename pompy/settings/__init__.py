@@ -12,14 +12,14 @@ will use them (``--print-config``: :func:`describe`).
     run         RunSettings: model, length, files, checks
     commands    EvaluateSettings, VerifySettings
 """
-from pompy.settings.base import (RETIRED, add_arguments, describe, flat, from_parsed,
+from pompy.settings.base import (add_arguments, describe, flat, from_parsed,
                                  from_values, leaves, read, setting)
 from pompy.settings.commands import EvaluateSettings, VerifySettings
 from pompy.settings.generate import GenerateSettings
 from pompy.settings.run import RunSettings
 from pompy.settings.train import TrainSettings
 
-__all__ = ["RETIRED", "EvaluateSettings", "GenerateSettings", "RunSettings", "TrainSettings",
+__all__ = ["EvaluateSettings", "GenerateSettings", "RunSettings", "TrainSettings",
            "VerifySettings",
            "add_arguments", "describe", "flat", "from_parsed", "from_values", "leaves", "read",
            "setting"]

@@ -34,6 +34,14 @@ Check = Callable[[Any], "str | None"]       # a value -> why it is refused (None
 SOURCES = ("default", "config", "flag")
 
 
+DTYPES = ("float64", "float32")          # a torch core's precisions
+
+
+def dtype_setting(help: str) -> Any:
+    """The precision of a torch core (float64 by default)."""
+    return setting("float64", help, choices=DTYPES)
+
+
 def setting(default: Any, help: str, *, check: Check | None = None, choices: tuple | None = None,
             flag_only: bool = False, required: bool = False, metavar: str | None = None,
             const: Any = None, flag: str | None = None, positional: bool = False,
@@ -137,8 +145,9 @@ def namelist_values(cls: type, config: Path) -> dict[str, Any]:
     by_name = {leaf.name: leaf for leaf in leaves(cls) if leaf.in_namelist}
     values = {}
     for name, value in read_group(config, group).items():
-        if name in RETIRED:
-            raise InputError(f"{config}: &{group} {name}: {RETIRED[name]}; remove it")
+        retired = getattr(cls, "RETIRED", {})
+        if name in retired:
+            raise InputError(f"{config}: &{group} {name}: {retired[name]}; remove it")
         if name not in by_name:
             raise InputError(f"{config}: &{group} has unknown setting {name!r}; known: "
                              f"{', '.join(by_name)}")
@@ -148,13 +157,6 @@ def namelist_values(cls: type, config: Path) -> dict[str, Any]:
                              f"{_KIND_TEXT[by_name[name].kind]}")
         values[name] = typed
     return values
-
-
-# settings that were, and why they went
-RETIRED = {
-    "physics_step_seconds": "the physics step is the config's dti = dte*isplit",
-    "target_time_per_step": "a correction cycle is steps_per_correction x the config's dti",
-}
 
 
 def read(cls: type[S], flags: Mapping[str, Any] | None = None, config: Path | None = None,

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from pompy import cores
 from pompy.errors import InputError
-from pompy.settings.base import a_seed, at_least, setting
+from pompy.settings.base import a_seed, at_least, dtype_setting, setting
 
 
 def member_list(text: str) -> tuple[int, ...]:
@@ -65,8 +65,7 @@ class VerifySettings:
                                          metavar="NAME=VALUE")
     core: str = setting(cores.DEFAULT, "the torch core to verify", choices=cores.NAMES)
     device: str = setting("cpu", "torch device: cpu, cuda, cuda:N")
-    dtype: str = setting("float64", "precision of the core (gradients are checked in float64)",
-                         choices=("float64", "float32"))
+    dtype: str = dtype_setting("precision of the core (gradients are checked in float64)")
     samples: int = setting(DEFAULT_SAMPLES, "random states per routine", check=at_least(1))
     steps: int = setting(DEFAULT_STEPS, "internal steps of the whole run against the oracle",
                          check=at_least(1))

@@ -11,7 +11,7 @@ from typing import ClassVar
 from pompy import cores
 from pompy.config import GENERATE_GROUP
 from pompy.errors import InputError
-from pompy.settings.base import (a_seed, at_least, non_negative, non_negative_days,
+from pompy.settings.base import (a_seed, at_least, dtype_setting, non_negative, non_negative_days,
                                  non_negative_seconds, positive_days, setting)
 
 PERTURBATIONS = ("ic", "wind")
@@ -49,8 +49,7 @@ class ReferenceModel:
                                    check=non_negative_seconds)
     device: str = setting("cpu", "torch device: cpu, cuda (cuda:LOCAL_RANK under torchrun), "
                           "cuda:N")
-    dtype: str = setting("float64", "precision of the core (stored as float64)",
-                         choices=("float64", "float32"))
+    dtype: str = dtype_setting("precision of the core (stored as float64)")
     compile: bool = setting(False, "run the core's steps as whole torch.compile graphs, the "
                             "members one after another (faster on the CPU; the first run of a "
                             "grid compiles for minutes, later ones load Inductor's cache)",

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from pompy import cores
 from pompy.errors import InputError
-from pompy.settings.base import at_least, non_negative_days, positive_days, setting
+from pompy.settings.base import at_least, dtype_setting, non_negative_days, positive_days, setting
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class RunModel:
     core: str = setting(cores.DEFAULT, "the torch core, or the Fortran oracle",
                         choices=cores.RUNNABLE)
     device: str = setting("cpu", "torch device of a torch core: cpu, cuda, cuda:N")
-    dtype: str = setting("float64", "precision of a torch core", choices=("float64", "float32"))
+    dtype: str = dtype_setting("precision of a torch core")
     oracle: bool = setting(False, "with --core implicit: its Fortran twin (the explicit Fortran "
                            "driver is --core oracle)", flag_only=True)
     fortran_math: bool = setting(False, "the torch core with pom2k's elementary function values "

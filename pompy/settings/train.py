@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from pompy import cores
 from pompy.config import TRAIN_GROUP
 from pompy.errors import InputError
-from pompy.settings.base import (at_least, flat, from_values, leaves, non_negative, positive,
+from pompy.settings.base import (at_least, dtype_setting, flat, from_values, leaves, non_negative, positive,
                                  a_seed, setting)
 from pompy.train.checks import latest_checkpoint
 from pompy.train.losses import LOSS_FIELDS, LOSS_WEIGHTS
@@ -144,8 +144,7 @@ class Optimizer:
 class Physics:
     core: str = setting(cores.TRAINING, "the verified torch core the physics runs on ("
                         f"{', '.join(cores.NAMES)})", check=_core, metavar="CORE")
-    dtype: str = setting("float64", "the core's precision (its certificate's)",
-                         choices=("float64", "float32"))
+    dtype: str = dtype_setting("the core's precision (its certificate's)")
     device: str = setting("cpu", "torch device: cpu, or cuda (each rank on cuda:LOCAL_RANK)")
     physics_checkpoint: str = setting(
         "none", "the physics' autograd memory: none; routines (the heavy routines, turbulence, "
@@ -186,6 +185,11 @@ class Log:
 class TrainSettings:
     """Everything a training run is given (its config's pom2k parameters aside)."""
     GROUP: ClassVar[str] = TRAIN_GROUP
+    # settings that were, and why they went (a config setting them is told)
+    RETIRED: ClassVar[dict[str, str]] = {
+        "physics_step_seconds": "the physics step is the config's dti = dte*isplit",
+        "target_time_per_step": "a correction cycle is steps_per_correction x the config's dti",
+    }
     config: Path = setting(None, "namelist: the pom2k parameters and a &train group of these "
                            "settings", flag_only=True, required=True, metavar="CONFIG.nml")
     data: Data = Data()
