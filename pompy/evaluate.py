@@ -48,7 +48,7 @@ from pompy import settings as settings_layer
 from pompy import variables
 from pompy.config import load_config
 from pompy.dataset import SnapshotDataset
-from pompy.distributed import Distributed
+from pompy.distributed import Distributed, torch_device
 from pompy.errors import InputError, ModelStop
 from pompy.settings import EvaluateSettings, TrainSettings
 from pompy.train.checks import latest_checkpoint
@@ -96,7 +96,7 @@ class TrainedModel:
     def __init__(self, body: Mapping, settings: TrainSettings):
         self.settings, self.checkpoint = settings, body["path"]
         self.config = load_config(settings.config)
-        dist = Distributed(device=torch.device(settings.physics.device))
+        dist = Distributed(device=torch_device(settings.physics.device))
         dtype = getattr(torch, settings.physics.dtype)
         n = body["normalizer"]
         self.normalizer = Normalizer(n["mean"], n["std"], n["mask"]).to(dist.device)
