@@ -100,6 +100,15 @@ class Config:
     wind_factor: float = _param(1.0, "factor on the seamount's wind stress (iproblem 1 and 3; "
                                      "1: pom2k's ramp*1e-4 m2 s-2 taper; pompy generate "
                                      "--perturb wind draws one per member)")
+    # the seamount's case parameters (pompy's; pom2k's constants by default, the
+    # Fortran oracle refuses others): pompy generate --perturb params draws them
+    inflow: float = _param(0.2, "seamount: the uniform inflow speed through the open east and "
+                                "west boundaries, and the initial flow (m s-1)")
+    strat_amplitude: float = _param(15.0, "seamount: the stratification's amplitude, "
+                                          "T = 5 + strat_amplitude exp(z / 1000 m) (degC)")
+    seamount_height: float = _param(0.9, "seamount: its height as a fraction of hmax, depth "
+                                         "hmax (1 - seamount_height exp(-r2/ra2)) "
+                                         "(dimensionless)")
     # the implicit core's free surface (pompy.core.external.implicit; not pom2k's)
     theta: float = _param(0.55, "implicit core: weight of the new elevation in its gravity-wave "
                                 "terms (0.5 neutral, 1 fully implicit)")
@@ -323,6 +332,9 @@ _RULES: dict[str, tuple[Callable[[Any, Config], bool], str | Callable[[Config], 
     "smoth": (lambda v, c: 0 <= v <= 1, "in [0, 1]"),
     "alpha": (lambda v, c: 0 <= v <= 0.5, "in [0, 0.5]"),
     "aam_init": (lambda v, c: v >= 0, ">= 0"),
+    "inflow": (lambda v, c: abs(v) <= 5, "in [-5, 5] m s-1"),
+    "strat_amplitude": (lambda v, c: 0 <= v <= 100, "in [0, 100] degC"),
+    "seamount_height": (lambda v, c: 0 <= v < 1, "in [0, 1)"),
     "theta": (lambda v, c: 0.5 <= v <= 1, "in [0.5, 1] (below 0.5 the scheme is unstable)"),
     "cg_tol": (lambda v, c: 0 < v < 1, "in (0, 1)"),
     "cg_maxiter": (lambda v, c: v >= 1, ">= 1"),
@@ -339,6 +351,11 @@ BOUNDARY_FACTORS = {"rfe": 1.0, "rfw": 1.0, "rfn": 1.0, "rfs": 1.0}
 # the run parameters that may differ between the members of one ensemble or
 # dataset (pompy's, not pom2k's): numbers the core's routines only multiply by
 MEMBER_PARAMS = ("wind_factor",)
+# the case parameters a member of a dataset may draw (pompy generate --perturb
+# params): MEMBER_PARAMS, and those that shape the set-up (a member's core is
+# set up from the config with its values: SETUP_PARAMS)
+SETUP_PARAMS = ("inflow", "strat_amplitude", "seamount_height")
+CASE_PARAMS = MEMBER_PARAMS + SETUP_PARAMS
 
 
 # The parameters that say how long a run goes, what it writes and when it

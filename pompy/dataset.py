@@ -14,8 +14,15 @@ snapshot is one contiguous read) holds:
     dims      member, time, x, y, sigma, sigma_w (= the config's im, jm, kb, kb)
     member(member)              int32  the member's index in the ensemble (0: unperturbed)
     perturbation_seed(member)   int64  the seed of its perturbation (-1: none; pompy.generate)
-    wind_factor(member)         f8     the member's wind_factor (pompy.generate --perturb
-                                       wind; absent in files written before it: 1.0)
+    wind_factor(member)         f8     the member's case parameters (pompy.config.CASE_PARAMS:
+    inflow(member), ...         f8     wind_factor, inflow, strat_amplitude, seamount_height;
+                                       pompy.generate --perturb wind or params; absent in
+                                       files written before them: the config's default). A
+                                       member's grid is the set-up of the config with its
+                                       values; the file's grid is the config's own
+    spinup_offset(member)       int32  internal steps the member ran beyond the common
+                                       spin-up: its snapshot n is at iint(n) + spinup_offset,
+                                       time(n) + spinup_offset dti (0 where absent)
     snapshots(member)           int32  the member's snapshots written whole, from time 0
                                        (all of them in a complete file; an interrupted
                                        generation's ``.partial`` file holds fewer)
@@ -55,7 +62,7 @@ files by rank), their members in file order, then the start n::
     sample["state"]["t"]            # (im, jm, kb) float64: snapshot n, every state field
     sample["target"]["t"]           # (T, im, jm, kb): snapshots n+1 .. n+T, the fields asked for
     sample["member"], sample["time"], sample["iint"]     # of snapshot n
-    sample["wind_factor"]                                 # the member's forcing parameter
+    sample["wind_factor"], sample["inflow"], ...          # the member's case parameters
     sample["target_time"], sample["target_iint"]         # (T,) of the targets
     core.restore(ds.restore_record(sample))               # a core at snapshot n ...
     core.params = dict(core.params, **member_params(sample))   # ... under its forcing: bit for bit
@@ -77,7 +84,7 @@ import torch
 from torch.utils.data import Dataset
 
 from pompy import variables
-from pompy.config import MEMBER_PARAMS
+from pompy.config import CASE_PARAMS, Config
 from pompy.io import open_netcdf
 
 FORMAT = "pompy generate dataset 1"
@@ -142,8 +149,12 @@ class _FileInfo:
             self.path = path
             self.members = [int(m) for m in ds["member"][:]]
             self.seeds = [int(s) for s in ds["perturbation_seed"][:]]
-            self.wind = ([float(w) for w in ds["wind_factor"][:]] if "wind_factor" in ds.variables
-                         else [1.0] * len(self.members))
+            # files written before a case parameter existed ran with its default
+            self.cases = [{name: (float(ds[name][i]) if name in ds.variables else
+                                  float(Config.__dataclass_fields__[name].default))
+                           for name in CASE_PARAMS} for i in range(len(self.members))]
+            self.offsets = ([int(n) for n in ds["spinup_offset"][:]]
+                            if "spinup_offset" in ds.variables else [0] * len(self.members))
             self.time = np.asarray(ds["time"][:], dtype=np.float64)
             self.iint = np.asarray(ds["iint"][:], dtype=np.int64)
             self.time0 = float(ds.time0)
@@ -236,16 +247,27 @@ class SnapshotDataset(Dataset):
             raise IndexError(f"sample {index} of {len(self)}")
         (f, local), n = self._members[index // self._per_member], index % self._per_member
         info, ds, span = self._files[f], self._open(f), slice(n + 1, n + 1 + self.horizon)
+        offset = info.offsets[local]             # the member's own spin-up beyond the common one
+        days = offset * info.dti / 86400.0
         return {
             "state": {name: torch.from_numpy(_pom2k(ds[name][local, n], 0))
                       for name in self.state_fields},
             "target": {name: torch.from_numpy(_pom2k(ds[name][local, span], 1))
                        for name in self.fields},
-            "member": info.members[local], "file": f, "wind_factor": info.wind[local],
-            "time": float(info.time[n]), "iint": int(info.iint[n]),
-            "target_time": torch.from_numpy(info.time[span].copy()),
-            "target_iint": torch.from_numpy(info.iint[span].copy()),
+            "member": info.members[local], "file": f, **info.cases[local],
+            "time": float(info.time[n]) + days, "iint": int(info.iint[n]) + offset,
+            "target_time": torch.from_numpy(info.time[span] + days),
+            "target_iint": torch.from_numpy(info.iint[span] + offset),
         }
+
+    def member_case(self, member: int) -> dict[str, float]:
+        """A member's case parameters (pompy.config.CASE_PARAMS) and its
+        spin-up offset (internal steps beyond the common spin-up)."""
+        for info in self._files:
+            if member in info.members:
+                local = info.members.index(member)
+                return {**info.cases[local], "spinup_offset": info.offsets[local]}
+        raise KeyError(f"member {member} is not in the dataset")
 
     def restore_record(self, sample: dict) -> dict:
         """A record Core.restore() accepts, for one sample (not a batch):
@@ -292,8 +314,9 @@ class SnapshotDataset(Dataset):
 
 
 def member_params(sample: Mapping) -> dict[str, float]:
-    """The run parameters that may differ between a dataset's members
-    (MEMBER_PARAMS) for one sample (or one entry of a batch): a core
-    restored from the sample continues bit for bit once its params carry
-    them."""
-    return {name: float(sample[name]) for name in MEMBER_PARAMS}
+    """The case parameters that may differ between a dataset's members
+    (pompy.config.CASE_PARAMS) for one sample (or one entry of a batch): a
+    core restored from the sample continues bit for bit once its params
+    carry them and, for those that shape the set-up (SETUP_PARAMS), it was
+    set up with them."""
+    return {name: float(sample[name]) for name in CASE_PARAMS}

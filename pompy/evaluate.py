@@ -2,7 +2,7 @@
 over rollouts longer than training's.
 
     pompy evaluate RUN --data DATA [--cycles N] [--members M,...]
-                   [--checkpoint FILE] [--config CONFIG.nml]
+                   [--checkpoint FILE] [--config CONFIG.nml] [--output DIR]
 
 From the initial state (snapshot 0) of each held-out member of DATA (the
 members the run kept for its test split, the last ``test_fraction`` of
@@ -18,18 +18,27 @@ them; ``--members`` names others), rolls out N correction cycles (default
 
 and measures both against the dataset's reference snapshots at each lead
 time (cycle 1..N): per field the RMSE over the wet points (levels 1..kb-1
-of 3-D fields), and the run's weighted loss (its loss weights, the
-trainer's per-field masked MSEs). ``ratio_to_baseline`` is, by lead time,
-the corrected loss over the uncorrected one (below 1: the corrector helps).
+of 3-D fields), its ratio (corrected over uncorrected; below 1 the
+corrector helps), and the headline: the geometric mean of the ratios of
+the state a user looks at, u, v, t, s, el, ua and va at their current time
+level. The previous time levels (ub, vb, uab, vab) are shown apart: the
+reference's are one of its own shorter steps back, the physics' one dti,
+so part of their difference is one of definitions, not of the flow.
+``ratio_to_baseline`` is, as the trainer logs it, the run's weighted loss
+(its loss weights on the per-field masked MSEs) corrected over
+uncorrected. It prints the checkpoint and its epoch first; it calls the
+members "held-out" only when they are the run's own test members of its
+own data; and it says plainly where the headline ratio exceeds 1 and
+where a headline field is made more than 10 % worse.
 
-Writes in RUN: ``evaluation.csv`` (one row per lead time and model:
-lead_cycle, lead_seconds, model, loss, then each field's RMSE),
-``evaluation.png`` (the ratio by lead time; the RMSE of el, u, v and t of
-both models) and ``evaluation.json`` (the same numbers: ratio_to_baseline,
-lead_seconds, the losses, the RMSEs, the members, the checkpoint, its
-certificate id, the data's provenance: the model that made it). It ends by
-printing the worst (largest) ratio. Exit 0; bad input: one line ``pompy:
-...``, exit 2; a core that blows up: exit 3.
+Writes in --output (default RUN): ``evaluation.csv`` (per lead time the
+corrected, uncorrected and ratio rows: lead_cycle, lead_seconds, model,
+loss, each field's RMSE or ratio, the headline ratio), ``evaluation.png``
+(the ratios by lead; the RMSE of el, u, ua and t of both models) and
+``evaluation.json`` (the same numbers, the members and what they are to
+the run, their case parameters, the checkpoint and its epoch, its
+certificate id, the data's provenance). Exit 0; bad input: one line
+``pompy: ...``, exit 2; a core that blows up: exit 3.
 """
 from __future__ import annotations
 
@@ -58,8 +67,14 @@ from pompy.train.losses import LOSS_FIELDS
 from pompy.train.physics import PhysicsRunner, run_hybrid
 
 DESCRIPTION = __doc__.split("\n\n", 2)[1] + "\n\n" + __doc__.split("\n\n", 2)[2].split(
-    "\nWrites in RUN")[0]
+    "\nWrites in --output")[0]
 FILES = ("evaluation.csv", "evaluation.png", "evaluation.json")
+# the state a user looks at, at its current time level: the headline
+HEADLINE_FIELDS = ("u", "v", "t", "s", "el", "ua", "va")
+# the previous time levels, shown apart: the reference's are one of its own
+# (shorter) steps back, the physics' one dti, so their difference is partly
+# one of definitions (docs/training.md)
+B_LEVELS = tuple(n for n in LOSS_FIELDS if n not in HEADLINE_FIELDS)
 
 
 # ------------------------------------------------------------------ the run's model
@@ -123,8 +138,8 @@ class TrainedModel:
 
 
 # ------------------------------------------------------------------ the rollouts
-def _members(dataset: SnapshotDataset, test_fraction: float, chosen: Sequence[int] | None
-             ) -> list[int]:
+def _members(dataset: SnapshotDataset, test_fraction: float, chosen: Sequence[int] | None,
+             required: bool = True) -> list[int]:
     if chosen:
         unknown = [m for m in chosen if m not in dataset.members]
         if unknown:
@@ -134,7 +149,7 @@ def _members(dataset: SnapshotDataset, test_fraction: float, chosen: Sequence[in
     _, test = split_members(dataset, test_fraction)
     per_member = len(dataset) // len(dataset.members)
     held = sorted({dataset.members[i // per_member] for i in test})
-    if not held:
+    if not held and required:
         raise InputError(f"the run kept no member for its test split (test_fraction = "
                          f"{test_fraction}); name members with --members")
     return held
@@ -173,19 +188,73 @@ def lead_losses(preds: Mapping, refs: Mapping, grid: Mapping, kb: int, weights: 
     return loss.tolist(), {name: v.sqrt().tolist() for name, v in mse.items()}
 
 
-# ------------------------------------------------------------------ the files
-def write_files(run: Path, result: dict) -> None:
+# ------------------------------------------------------------------ the measure
+def field_ratios(rmse_c: Mapping, rmse_u: Mapping) -> dict[str, list[float]]:
+    """By field and lead: corrected RMSE over uncorrected (nan where the
+    physics alone is exact)."""
+    return {name: [c / u if u > 0 else math.nan for c, u in zip(rmse_c[name], rmse_u[name])]
+            for name in rmse_c}
 
-    with open(run / "evaluation.csv", "w", newline="") as f:
+
+def headline(ratios: Mapping[str, Sequence[float]]) -> list[float]:
+    """By lead: the geometric mean of HEADLINE_FIELDS' ratios, the one
+    figure of the state a user looks at."""
+    logs = np.log(np.array([ratios[name] for name in HEADLINE_FIELDS], dtype=np.float64))
+    return np.exp(logs.mean(0)).tolist()
+
+
+def verdicts(result: Mapping) -> list[str]:
+    """The lines that say plainly where the corrector makes things worse:
+    the headline above 1, and each headline field more than 10 % worse."""
+    lines, leads = [], result["lead_cycles"]
+    bad = [n for n, r in zip(leads, result["headline_ratio"]) if r > 1]
+    if bad:
+        lines.append(f"pompy evaluate: WORSE than the physics alone: the headline ratio exceeds 1 "
+                     f"at cycle(s) {_cycles(bad)} (the horizon is {result['training_horizon']})")
+    for name in HEADLINE_FIELDS:
+        worse = [n for n, r in zip(leads, result["field_ratio"][name]) if r > 1.1]
+        if worse:
+            lines.append(f"pompy evaluate: {name} is made more than 10 % worse at cycle(s) "
+                         f"{_cycles(worse)} (worst ratio {max(result['field_ratio'][name]):.3g})")
+    return lines
+
+
+def _cycles(cycles: Sequence[int]) -> str:
+    return ", ".join(map(str, cycles)) if len(cycles) <= 6 else \
+        f"{cycles[0]}..{cycles[-1]} ({len(cycles)} of them)"
+
+
+def which_members(settings: EvaluateSettings, trained: TrainSettings, chosen: Sequence[int],
+                  held: Sequence[int]) -> str:
+    """What the rolled-out members are to the run: its held-out test
+    members only when they are its own data's test split."""
+    own = Path(settings.data).resolve() == Path(trained.data.data).resolve()
+    if not own:
+        return f"member(s) {list(chosen)} of other data (not the run's {trained.data.data})"
+    if set(chosen) <= set(held):
+        return f"held-out member(s) {list(chosen)}"
+    seen = sorted(set(chosen) - set(held))
+    return (f"member(s) {list(chosen)} of the run's own data, {seen} among its TRAINING "
+            "members (not held out)")
+
+
+# ------------------------------------------------------------------ the files
+def write_files(folder: Path, result: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "evaluation.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["lead_cycle", "lead_seconds", "model", "loss",
-                    *(f"{n}_rmse" for n in LOSS_FIELDS)])
+                    *(f"{n}_rmse" for n in LOSS_FIELDS), "headline_ratio"])
         for i, lead in enumerate(result["lead_seconds"]):
             for label in ("corrected", "uncorrected"):
                 w.writerow([i + 1, lead, label, repr(result[f"{label}_loss"][i]),
-                            *(repr(result["rmse"][label][n][i]) for n in LOSS_FIELDS)])
-    (run / "evaluation.json").write_text(json.dumps(result, indent=1) + "\n")
-    figure(result, run / "evaluation.png")
+                            *(repr(result["rmse"][label][n][i]) for n in LOSS_FIELDS),
+                            repr(result["headline_ratio"][i])])
+            w.writerow([i + 1, lead, "ratio", repr(result["ratio_to_baseline"][i]),
+                        *(repr(result["field_ratio"][n][i]) for n in LOSS_FIELDS),
+                        repr(result["headline_ratio"][i])])
+    (folder / "evaluation.json").write_text(json.dumps(result, indent=1) + "\n")
+    figure(result, folder / "evaluation.png")
 
 
 def figure(result: dict, path: Path) -> None:
@@ -194,22 +263,27 @@ def figure(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    lead = np.asarray(result["lead_seconds"]) / 3600.0
+    lead = np.asarray(result["lead_cycles"])
     fig, axes = plt.subplots(1, 5, figsize=(18, 3.4))
     ax = axes[0]
-    ax.plot(lead, result["ratio_to_baseline"], "o-", color="k")
+    for name in HEADLINE_FIELDS:
+        ax.plot(lead, result["field_ratio"][name], lw=0.8, label=name)
+    ax.plot(lead, result["headline_ratio"], "o-", color="k", lw=2, label="geometric mean")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.axhline(0.5, color="grey", lw=0.8, ls="--")
-    ax.set_ylim(0, max(1.1, max(result["ratio_to_baseline"]) * 1.1))
-    ax.set(xlabel="lead (h)", ylabel="corrected / uncorrected loss", title="ratio_to_baseline")
-    for ax, name in zip(axes[1:], ("el", "u", "v", "t")):
+    ax.axvline(result["training_horizon"], color="grey", lw=0.8, ls=":")
+    top = max(1.1, np.nanmax(result["headline_ratio"]) * 1.2)
+    ax.set_ylim(0, min(top, 5))
+    ax.set(xlabel="lead (correction cycles; dotted: the training horizon)",
+           ylabel="corrected / uncorrected RMSE", title="headline fields")
+    ax.legend(fontsize=6, ncol=2)
+    for ax, name in zip(axes[1:], ("el", "u", "ua", "t")):
         for label, style in (("uncorrected", "s--"), ("corrected", "o-")):
-            ax.plot(lead, result["rmse"][label][name], style, label=label)
-        ax.set(xlabel="lead (h)", title=f"{name} RMSE ({variables.ALL[name].units})")
+            ax.plot(lead, result["rmse"][label][name], style, label=label, ms=3)
+        ax.set(xlabel="lead (cycles)", title=f"{name} RMSE ({variables.ALL[name].units})")
         ax.set_ylim(bottom=0)
     axes[1].legend(fontsize=8)
-    fig.suptitle(f"{result['run']}: held-out members {result['members']} against "
-                 f"{result['data_model']}", fontsize=9)
+    fig.suptitle(f"{result['run']} (epoch {result['epoch']}): {result['members_are']}, against "
+                 f"{result['data_model']}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -218,16 +292,19 @@ def figure(result: dict, path: Path) -> None:
 # ------------------------------------------------------------------ the command
 def evaluate(settings: EvaluateSettings, log=None) -> dict:
     """The evaluation (see the module docstring): its files written in
-    the run's folder; returns the JSON's content."""
+    --output (default the run's folder); returns the JSON's content."""
     log = sys.stdout if log is None else log
     run = settings.run
     body, trained = load_run(run, settings.checkpoint, settings.config)
     horizon = trained.data.horizon
     cycles = 4 * horizon if settings.cycles is None else settings.cycles
     model = TrainedModel(body, trained)
+    print(f"pompy evaluate: {body['path']}, epoch {int(body['epoch'])} (trained on horizon "
+          f"{horizon}), {cycles} cycles", file=log, flush=True)
     dataset, grid = open_dataset(settings.data, cycles, LOSS_FIELDS, model.config,
                                  trained.data.steps_per_correction)
     try:
+        held = _members(dataset, trained.data.test_fraction, None, required=False)
         chosen = _members(dataset, trained.data.test_fraction, settings.member_numbers)
         corrected, uncorrected, refs, lead = rollouts(model, dataset, chosen)
         kb = model.config.kb
@@ -235,27 +312,50 @@ def evaluate(settings: EvaluateSettings, log=None) -> dict:
         loss_c, rmse_c = lead_losses(corrected, refs, grid, kb, weights)
         loss_u, rmse_u = lead_losses(uncorrected, refs, grid, kb, weights)
         provenance = dataset.model
+        cases = {m: dataset.member_case(m) for m in chosen}
     finally:
         dataset.close()
     ratio = [c / u if u > 0 else math.nan for c, u in zip(loss_c, loss_u)]
+    ratios = field_ratios(rmse_c, rmse_u)
     result = {
         "run": str(run), "checkpoint": body["path"], "epoch": int(body["epoch"]),
         "certificate": (body.get("certificate") or {}).get("id"),
         "data": str(settings.data), "data_model": provenance["description"],
         "physics": f"pompy {trained.physics.core} core at dti = {model.config.dti:g} s",
-        "members": chosen, "cycles": cycles, "training_horizon": horizon,
-        "lead_seconds": lead, "ratio_to_baseline": ratio,
+        "members": chosen, "members_are": which_members(settings, trained, chosen, held),
+        "member_cases": {str(m): c for m, c in cases.items()},
+        "cycles": cycles, "training_horizon": horizon,
+        "lead_cycles": list(range(1, cycles + 1)), "lead_seconds": lead,
+        "headline_fields": list(HEADLINE_FIELDS), "headline_ratio": headline(ratios),
+        "field_ratio": ratios, "b_level_fields": list(B_LEVELS),
+        "ratio_to_baseline": ratio, "loss_weights": dict(weights),
         "corrected_loss": loss_c, "uncorrected_loss": loss_u,
         "rmse": {"corrected": rmse_c, "uncorrected": rmse_u},
     }
-    write_files(Path(run), result)
-    worst = int(np.nanargmax(ratio))
-    print(f"pompy evaluate: {len(chosen)} held-out member(s) {chosen}, {cycles} cycles: "
-          f"ratio_to_baseline {', '.join(f'{r:.3g}' for r in ratio)}", file=log)
-    print(f"pompy evaluate: worst ratio_to_baseline {ratio[worst]:.4g} at lead "
-          f"{lead[worst]:g} s (cycle {worst + 1}); wrote "
-          f"{', '.join(str(Path(run) / f) for f in FILES)}", file=log, flush=True)
+    folder = Path(settings.output) if settings.output is not None else Path(run)
+    write_files(folder, result)
+    _say(result, folder, log)
     return result
+
+
+def _say(result: dict, folder: Path, log) -> None:
+    """The closing lines: the headline by lead, the b levels apart, where
+    it is worse, the worst ratio and the files."""
+    lead, top = result["lead_seconds"], result["headline_ratio"]
+    print(f"pompy evaluate: {result['members_are']}: headline ratio (geometric mean of corrected "
+          f"over uncorrected RMSE of {', '.join(HEADLINE_FIELDS)}) by cycle: "
+          f"{', '.join(f'{r:.3g}' for r in top)}", file=log)
+    print(f"pompy evaluate: b levels apart ({', '.join(B_LEVELS)}: the reference's are one of "
+          "its own shorter steps back, the physics' one dti): "
+          + "; ".join(f"{n} {min(result['field_ratio'][n]):.3g}..{max(result['field_ratio'][n]):.3g}"
+                      for n in B_LEVELS), file=log)
+    for line in verdicts(result):
+        print(line, file=log)
+    worst = int(np.nanargmax(top))
+    print(f"pompy evaluate: worst headline ratio {top[worst]:.4g} at lead {lead[worst]:g} s "
+          f"(cycle {worst + 1}); worst ratio_to_baseline (the run's weighted loss) "
+          f"{max(result['ratio_to_baseline']):.4g}; wrote "
+          f"{', '.join(str(folder / f) for f in FILES)}", file=log, flush=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from test_train import (  # noqa: F401 - the fixtures made, made_reference, veri
 
 from pompy import cli
 from pompy.dataset import SnapshotDataset
-from pompy.evaluate import TrainedModel, load_run, rollouts
+from pompy.evaluate import TrainedModel, load_run, rollouts, verdicts
 
 CYCLES = 3
 
@@ -83,14 +83,82 @@ def test_evaluate_writes_the_table_the_figure_and_the_ratios(trained, capsys):
             assert math.isclose(result[f"{label}_loss"][n], loss, rel_tol=1e-12)
     for n, ratio in enumerate(result["ratio_to_baseline"]):
         assert ratio == result["corrected_loss"][n] / result["uncorrected_loss"][n]
-    worst = max(result["ratio_to_baseline"])
-    assert out[-1].startswith(f"pompy evaluate: worst ratio_to_baseline {worst:.4g} at lead ")
+    worst = max(result["headline_ratio"])
+    assert out[-1].startswith(f"pompy evaluate: worst headline ratio {worst:.4g} at lead ")
+    assert f"held-out member(s) [2]" in out[1]
     with open(run / "evaluation.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 2 * CYCLES and rows[0]["model"] == "corrected"
+    assert len(rows) == 3 * CYCLES and rows[0]["model"] == "corrected" \
+        and rows[2]["model"] == "ratio"
     assert float(rows[1]["el_rmse"]) == result["rmse"]["uncorrected"]["el"][0]
+    assert float(rows[2]["el_rmse"]) == result["field_ratio"]["el"][0]
     assert (run / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
     assert "explicit core" in result["data_model"] and result["certificate"]
+
+
+def test_the_rmse_is_that_of_two_pompy_runs_and_the_headline_their_geometric_mean(trained,
+                                                                                tmp_path, capsys):
+    """Member 0 (a training member; its snapshot 0 is the set-up): each
+    field's uncorrected RMSE by lead equals the RMSE between the records of
+    `pompy run --core implicit` (the physics) and of `pompy run --core
+    explicit` at the data's reference steps (dti 120 s = dte 4 s x 30),
+    over the wet points and levels 1..kb-1; the headline is the geometric
+    mean of the seven current-level fields' ratios; --output gets the
+    files, the epoch is printed and the members are not called held-out."""
+    run, data = trained
+    config = load_run(run, None, None)[1].config
+    every = repr(480 / 86400)
+    for core, extra in (("implicit", []), ("explicit", ["--set", "dte=4.0", "--set", "isplit=30"])):
+        steps = CYCLES * (2 if core == "implicit" else 4)
+        assert cli.main(["run", str(config), "--core", core, "--steps", str(steps), *extra,
+                         "--output-every", every, "--output", str(tmp_path / core)]) == 0
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES),
+                     "--members", "0", "--output", str(tmp_path / "eval")]) == 0
+    out = capsys.readouterr().out
+    result = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
+    assert "epoch 0" in out.splitlines()[0] and "TRAINING" in result["members_are"]
+    assert "held-out" not in out
+    with netCDF4.Dataset(tmp_path / "implicit" / "implicit_output.nc") as phys, \
+            netCDF4.Dataset(tmp_path / "explicit" / "explicit_output.nc") as ref:
+        phys.set_auto_mask(False)
+        ref.set_auto_mask(False)
+        kb = len(phys["sigma"])
+        for name in LOSS_WEIGHTS:
+            mask = np.asarray(phys[{"u": "dum", "ub": "dum", "ua": "dum", "uab": "dum",
+                                    "v": "dvm", "vb": "dvm", "va": "dvm", "vab": "dvm"}
+                                   .get(name, "fsm")][...])
+            for n in range(CYCLES):
+                p, r = np.asarray(phys[name][n]), np.asarray(ref[name][n])
+                if p.ndim == 3:                                     # (sigma, y, x)
+                    p, r, m = p[:kb - 1], r[:kb - 1], np.broadcast_to(mask, p[:kb - 1].shape)
+                else:
+                    m = mask
+                want = math.sqrt(((p - r) ** 2 * m).sum() / m.sum())
+                got = result["rmse"]["uncorrected"][name][n]
+                assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15), (name, n, got, want)
+    ratios = result["field_ratio"]
+    for n in range(CYCLES):
+        logs = [math.log(result["rmse"]["corrected"][f][n] / result["rmse"]["uncorrected"][f][n])
+                for f in ("u", "v", "t", "s", "el", "ua", "va")]
+        assert math.isclose(result["headline_ratio"][n], math.exp(sum(logs) / 7), rel_tol=1e-12)
+        assert ratios["uab"][n] == result["rmse"]["corrected"]["uab"][n] / \
+            result["rmse"]["uncorrected"]["uab"][n]
+
+
+def test_a_ratio_above_one_is_said_plainly():
+    """The verdicts: the headline above 1 at a cycle, a field more than 10 %
+    worse, each a line; none where the corrector helps."""
+    fields = ("u", "v", "t", "s", "el", "ua", "va")
+    good = {"lead_cycles": [1, 2], "headline_ratio": [0.5, 0.9], "training_horizon": 2,
+            "field_ratio": {f: [0.5, 0.9] for f in fields}}
+    assert verdicts(good) == []
+    bad = dict(good, headline_ratio=[0.9, 1.3],
+               field_ratio={**good["field_ratio"], "ua": [1.05, 2.5]})
+    lines = verdicts(bad)
+    assert lines[0].startswith("pompy evaluate: WORSE than the physics alone") and \
+        "cycle(s) 2 " in lines[0]
+    assert lines[1].startswith("pompy evaluate: ua is made more than 10 % worse at cycle(s) 2 ")
 
 
 @pytest.mark.parametrize("argv, message", [

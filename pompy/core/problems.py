@@ -102,7 +102,7 @@ def _initial_ts(t0: Tensor, s0: float, tbias, sbias, s: dict) -> dict:
     return s
 
 
-def seamount(kl1, kl2, hmax, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, z, zz, dz, dzz,
+def seamount(kl1, kl2, hmax, slmax, inflow, strat_amplitude, seamount_height, grav, rhoref, tbias, sbias, aam, e_atmos, z, zz, dz, dzz,
              dx, dy, cor, east_c, north_c, east_e, north_e, east_u, north_u, east_v, north_v,
              rot, h, art, aru, arv, fsm, dum, dvm, tb, sb, tclim, sclim, ub, uab, elb, etb, dt,
              aam2d, rho, rmean, uabe, uabw, ele, elw, tbe, tbw, sbe, sbw, tbn, tbs, sbn,
@@ -111,10 +111,12 @@ def seamount(kl1, kl2, hmax, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, z,
     ra = 25 km) in an east-west channel closed at j=1 and jm, spacing
     8 km shrinking to 4 km mid-basin, a uniform 0.2 m/s inflow, T = 5 +
     15 exp(z/1000 m), S = 35; east and west open with geostrophically
-    balanced boundary elevations, zero mid-channel."""
+    balanced boundary elevations, zero mid-channel. pompy's case parameters
+    ``inflow`` (0.2), ``strat_amplitude`` (15) and ``seamount_height``
+    (.9, pom2k's delh) change those constants (pom2k's by default)."""
     s = dict(locals())
     im, jm, kb = tb.shape
-    delh, delx, ra, vel = 0.9, 8000.0, 25000.0, 0.2
+    delh, delx, ra, vel = seamount_height, 8000.0, 25000.0, inflow
     sin_i, sin_j = compat.seamount_sin(im, jm, dx)        # sin(pi*i/im), sin(pi*j/jm)
     s["dx"] = delx - delx * sin_i / 2.0
     s["dy"] = delx - delx * sin_j / 2.0
@@ -127,7 +129,7 @@ def seamount(kl1, kl2, hmax, slmax, grav, rhoref, tbias, sbias, aam, e_atmos, z,
     s.update(areas_masks(s["dx"], s["dy"], hh, art, aru, arv, fsm, dum, dvm)._asdict())
     if slmax < 1.0:
         s["h"] = slpmax(slmax, s["fsm"], s["h"]).h
-    s = _initial_ts(5.0 + 15.0 * compat.seamount_texp(s["zz"], s["h"]), 35.0, tbias, sbias, s)
+    s = _initial_ts(5.0 + strat_amplitude * compat.seamount_texp(s["zz"], s["h"]), 35.0, tbias, sbias, s)
     dum3 = expand3(s["dum"]).expand(im, jm, kb)
     s["ub"] = inside(vel * dum3, ub, k=(1, kb - 1))
     s["uab"] = vel * s["dum"]

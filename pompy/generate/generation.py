@@ -17,19 +17,20 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pompy import cores
-from pompy.config import Config
+from pompy.config import SETUP_PARAMS, Config
 from pompy.core.model import Core
 from pompy.dataset import dataset_file
 from pompy.distributed import Distributed
 from pompy.driver import COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
-from pompy.generate.members import batched, run_ensemble, run_member, set_up
-from pompy.generate.perturbations import member_seed, wind_factor
+from pompy.generate.members import batched, member_start, run_ensemble, run_member, set_up
+from pompy.generate.perturbations import member_cases, member_seed
 from pompy.generate.reference import reference_config, schedule, spinup_steps
 from pompy.generate.writer import (DatasetWriter, check_partial, check_resumed, dataset_attributes,
                                    estimate_dataset_bytes, partial_file)
 from pompy.resources import gigabytes
 from pompy.settings import GenerateSettings
+from pompy.settings.generate import parse_ranges
 from pompy.signals import interruption
 
 
@@ -63,6 +64,12 @@ def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str])
     if ens.perturb == "wind" and config.iproblem == 2:
         raise InputError("--perturb wind: the box (iproblem=2) has no wind stress to perturb; "
                          "use --perturb ic")
+    if ens.perturb == "params" and config.iproblem != 1:
+        raise InputError(f"--perturb params: the case parameters are the seamount's "
+                         f"(iproblem=1), not iproblem={config.iproblem}'s; use --perturb ic")
+    if settings.schedule.spinup_spread and ens.perturb != "params":
+        raise InputError("--spinup_spread: only params members draw spin-up offsets; give "
+                         "--perturb params, or --spinup_spread 0")
     ranks = Distributed.from_environ(environ, ref.device)
     rank, world = ranks.rank, ranks.world_size
     if ens.members < world:
@@ -112,21 +119,27 @@ def generate(config: Config, settings: GenerateSettings, *,
     model = set_up(ref.core, reference, p.device, ref.dtype, ref.compile)
     start = model.capture()
     seeds = [member_seed(ens.seed, m) for m in p.members]
-    winds = [wind_factor(reference, ens.perturb, m_seed, ens.amplitude) for m_seed in seeds]
+    cases = member_cases(reference, ens.perturb, seeds, ens.amplitude, parse_ranges(ens.ranges),
+                         int(settings.schedule.spinup_spread * 86400 / reference.dti + 1e-9),
+                         p.steps)
+    starts = [start if all(case[n] == getattr(reference, n) for n in SETUP_PARAMS) else
+              member_start(ref.core, reference, {n: case[n] for n in SETUP_PARAMS}, p.device,
+                           ref.dtype) for case, _ in cases]
     if settings.files.resume:
         writer = DatasetWriter.reopen(p.path)
         print(f"{prefix}: resuming {writer.partial} ({writer.kept(p.members)})", file=log,
               flush=True)
     else:
-        writer = DatasetWriter(p.path, reference, start, p.members, seeds, winds,
+        writer = DatasetWriter(p.path, reference, start, p.members, seeds, cases,
                                [spin + n * p.steps for n in range(p.records + 1)],
                                start["time0"], attributes)
-    _run(model, start, writer, p, settings, seeds, winds, prefix, log)
+    _run(model, starts, writer, p, settings, seeds, [case for case, _ in cases], prefix, log)
     return p.path
 
 
-def _run(model: Core, start: dict, writer: DatasetWriter, p: Plan, settings: GenerateSettings,
-         seeds: list[int], winds: list[float], prefix: str, log) -> None:
+def _run(model: Core, starts: list[dict], writer: DatasetWriter, p: Plan,
+         settings: GenerateSettings, seeds: list[int], cases: list[dict], prefix: str,
+         log) -> None:
     """The members, together or one by one, into ``writer``; the file
     renamed into place when complete, kept as ``.partial`` when
     interrupted, removed otherwise."""
@@ -135,19 +148,19 @@ def _run(model: Core, start: dict, writer: DatasetWriter, p: Plan, settings: Gen
     try:
         if p.together:
             began = _time.perf_counter()
-            run_ensemble(model, start, writer, p.members, ens.perturb, seeds, ens.amplitude,
-                         winds, p.steps, p.records)
+            run_ensemble(model, starts[0], writer, p.members, ens.perturb, seeds, ens.amplitude,
+                         cases, p.steps, p.records)
             print(f"{prefix}: members {', '.join(map(str, p.members))} together: "
                   f"{p.records * p.steps} steps in {_time.perf_counter() - began:.2f} s",
                   file=log, flush=True)
         else:
-            for local, (m, m_seed, wind) in enumerate(zip(p.members, seeds, winds)):
+            for local, (m, m_seed, case) in enumerate(zip(p.members, seeds, cases)):
                 if writer.done[local] == p.records + 1:
                     continue                  # finished before the interruption
                 began = _time.perf_counter()
                 try:
-                    run_member(model, start, writer, local, ens.perturb, m_seed, ens.amplitude,
-                               wind, p.steps, p.records)
+                    run_member(model, starts[local], writer, local, ens.perturb, m_seed,
+                               ens.amplitude, case, p.steps, p.records)
                 except ModelStop as exc:
                     exc.member = m            # for the message: which member blew up
                     raise

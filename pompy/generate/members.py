@@ -19,13 +19,15 @@ run_generation_day returns, once written, are dropped from the core's
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from pompy import cores
 from pompy.config import Config
 from pompy.core.ensemble import Ensemble
 from pompy.core.model import Core, forward_only
-from pompy.errors import ModelStop
+from pompy.errors import ConfigError, InputError, ModelStop
 from pompy.generate.perturbations import perturb_start
 from pompy.generate.writer import DatasetWriter
 from pompy.signals import raise_pending
@@ -53,10 +55,22 @@ def batched(config: Config, core: str, perturb: str, members: int, dtype: str,
     once, but that has been timed in training alone), nor float32 wind
     members (their factor would round otherwise), nor with ``compile``:
     compiled graphs do not serve the ensemble's vmap, and one compiled
-    core stepping the members in turn is faster still."""
+    core stepping the members in turn is faster still. Nor params members:
+    each has its own set-up (grid) and spin-up."""
     small = torch.device(device).type != "cpu" or config.im * config.jm * config.kb <= BATCH_CELLS
     return not compile and cores.get(core).ensembles and members > 1 and small \
-        and (perturb == "ic" or dtype == "float64")
+        and (perturb == "ic" or perturb == "wind" and dtype == "float64")
+
+
+def member_start(core_name: str, config: Config, case: dict, device: str, dtype: str) -> dict:
+    """The set-up (a capture: grid and state) of ``config`` with a member's
+    case parameters ``case``, CFL-checked; InputError where the values do
+    not make a valid config."""
+    try:
+        member = dataclasses.replace(config, **case)
+    except ConfigError as err:
+        raise InputError(f"--ranges: a member's draw {case} is not a valid case: {err}") from err
+    return set_up(core_name, member, device, dtype).capture()
 
 
 def set_up(core_name: str, config: Config, device: str, dtype: str, compile: bool = False) -> Core:
@@ -71,22 +85,24 @@ def set_up(core_name: str, config: Config, device: str, dtype: str, compile: boo
 
 
 def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, perturb: str,
-               seed: int, amplitude: float, wind: float, steps: int, records: int) -> None:
-    """The file's member ``local`` from the set-up ``start``, of
-    perturbation seed ``seed`` and wind factor ``wind``: perturbed, the
-    spin-up run unrecorded, its time-0 snapshot, then ``records``
-    snapshots every ``steps`` steps; a member the writer holds snapshots
-    of goes on from its last one."""
+               seed: int, amplitude: float, case: dict, steps: int, records: int) -> None:
+    """The file's member ``local`` from its set-up ``start``, of
+    perturbation seed ``seed`` and case parameters ``case`` (its wind
+    factor among them): perturbed, the spin-up run unrecorded (its own
+    offset included), its time-0 snapshot, then ``records`` snapshots
+    every ``steps`` steps; a member the writer holds snapshots of goes on
+    from its last one."""
     done = writer.done[local]
     if done:
         core.restore({**start, **writer.read(local, done - 1, core.device, core.dtype)})
     else:
         core.restore(start)
-    core.params = dict(core.params, wind_factor=wind)     # what surface_forcing reads
+    core.params = dict(core.params, **case)     # wind_factor: what surface_forcing reads
     if not done:
         perturb_start(core, perturb, seed, amplitude)
-        if writer.iints[0]:                  # the spin-up, unrecorded
-            core.run_generation_day(writer.iints[0], capture_interval=0)
+        spin = writer.iints[0] + writer.offsets[local]
+        if spin:                             # the spin-up, unrecorded
+            core.run_generation_day(spin, capture_interval=0)
         writer.write(local, 0, core.snapshot())
         raise_pending()                      # a signal something dropped: stop here
     for n in range(max(done, 1), records + 1):
@@ -97,7 +113,7 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
 
 
 def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[int],
-                 perturb: str, seeds: list[int], amplitude: float, winds: list[float],
+                 perturb: str, seeds: list[int], amplitude: float, cases: list[dict],
                  steps: int, records: int) -> None:
     """The process's members as one Ensemble: each perturbed from ``start``
     and given its wind factor as run_member does, then stepped together;
@@ -114,10 +130,10 @@ def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[
             perturb_start(model, perturb, m_seed, amplitude)
         initial.append(model.snapshot())
     ens = Ensemble(model, len(members))
-    for local, (record, wind) in enumerate(zip(initial, winds)):
+    for local, (record, case) in enumerate(zip(initial, cases)):
         ens.load_member(local, {n: record[n] for n in ens.state if n in record})
-        if wind != model.params["wind_factor"]:
-            ens.set_member_params(local, wind_factor=wind)
+        if case["wind_factor"] != model.params["wind_factor"]:
+            ens.set_member_params(local, wind_factor=case["wind_factor"])
     spin = writer.iints[0]
     try:
         with forward_only(model):

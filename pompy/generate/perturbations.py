@@ -21,16 +21,28 @@ changes:
     step from the parameters, so the factor is a parameter of the run,
     not a field of the state.
 
+``params`` (the case): member m > 0 draws each case parameter named in
+    ``ranges`` (pompy.config.CASE_PARAMS: the seamount's inflow,
+    strat_amplitude, seamount_height, and wind_factor) uniformly in its
+    range, then a spin-up offset of whole snapshot intervals within the
+    spread, all
+    from ``numpy.random.default_rng(seed)`` in that order
+    (:func:`case_parameters`); its initial state is the set-up of the config
+    with its values, run the common spin-up plus its offset. The offsets
+    spread the members' windows along the spun-up flow.
+
 The draws are made with numpy on the CPU in float64 whatever the core's
 device and precision, so a member is the same on any machine.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
 
 from pompy.calls import apply
-from pompy.config import Config
+from pompy.config import CASE_PARAMS, Config
 from pompy.core.model import Core
 
 PERTURBATION_TEXT = {   # the dataset's "perturbation" attribute, by kind
@@ -41,7 +53,27 @@ PERTURBATION_TEXT = {   # the dataset's "perturbation" attribute, by kind
              "wind_factor[m] = (the namelist's wind_factor) * (1 + amplitude * "
              "numpy.random.default_rng(perturbation_seed[m]).standard_normal()), the factor on "
              "the seamount's wind stress; restart its snapshots with that wind_factor"),
+    "params": ("member 0 unperturbed; member m > 0: with rng = numpy.random.default_rng("
+               "perturbation_seed[m]), each case parameter of the ranges attribute, in its "
+               "order, = rng.uniform(low, high), then spinup_offset[m] = every * rng.integers(0, "
+               "spread // every + 1) internal steps (every: the steps between snapshots); the member is the set-up of the config with its values "
+               "(stored per member), run the common spin-up plus its offset"),
 }
+
+
+def case_parameters(config: Config, ranges: Mapping[str, tuple[float, float]], seed: int,
+                    spread: int, every: int) -> tuple[dict[str, float], int]:
+    """A params member's (case parameters, spin-up offset in internal
+    steps): the config's and 0 for member 0 (seed -1), else uniform draws
+    of ``ranges`` then an offset of whole snapshot intervals (``every``
+    steps) within ``spread`` steps (the module says how)."""
+    values = {name: float(getattr(config, name)) for name in CASE_PARAMS}
+    if seed < 0:
+        return values, 0
+    rng = np.random.default_rng(seed)
+    for name, (low, high) in ranges.items():
+        values[name] = float(rng.uniform(low, high))
+    return values, every * int(rng.integers(0, spread // every + 1))
 
 
 def member_seed(seed: int, member: int) -> int:
@@ -66,6 +98,18 @@ def wind_factor(config: Config, perturb: str, seed: int, amplitude: float) -> fl
     if perturb != "wind" or seed < 0:
         return config.wind_factor
     return config.wind_factor * (1.0 + amplitude * np.random.default_rng(seed).standard_normal())
+
+
+def member_cases(config: Config, perturb: str, seeds: list[int], amplitude: float,
+                 ranges: Mapping[str, tuple[float, float]], spread: int, every: int
+                 ) -> list[tuple[dict[str, float], int]]:
+    """Each member's (case parameters, spin-up offset): drawn for params
+    members (:func:`case_parameters`); else the config's, with the wind
+    member's factor (:func:`wind_factor`), and no offset."""
+    if perturb == "params":
+        return [case_parameters(config, ranges, seed, spread, every) for seed in seeds]
+    return [({**{name: float(getattr(config, name)) for name in CASE_PARAMS},
+              "wind_factor": wind_factor(config, perturb, seed, amplitude)}, 0) for seed in seeds]
 
 
 def perturb_ic(core: Core, seed: int, amplitude: float) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from pompy import __version__, variables
-from pompy.config import Config
+from pompy.config import CASE_PARAMS, Config
 from pompy.dataset import FORMAT, grid_fields, state_fields
 from pompy.driver import COMPILED
 from pompy.errors import InputError
@@ -61,7 +61,8 @@ def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, r
         "member_split": f"member m is in the file of rank m % {world}",
         "state_variables": " ".join(state_fields()), "grid_variables": " ".join(grid_fields()),
         "spinup_steps": spinup_steps,
-    }
+    } | ({"ranges": ens.ranges, "spinup_spread": float(settings.schedule.spinup_spread)}
+         if ens.perturb == "params" else {})
 
 
 def _count(config: Config, names: list[str]) -> int:
@@ -75,7 +76,7 @@ def estimate_dataset_bytes(config: Config, members: int, records: int) -> int:
     coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
     grid = 8 * (coordinates + _count(config, grid_fields()))
     state = 8 * _count(config, state_fields())
-    return (grid + members * records * state + records * (8 + 4) + members * (4 + 8 + 8)
+    return (grid + members * records * state + records * (8 + 4) + members * (4 + 8 + 8 * len(CASE_PARAMS) + 4 + 4)
             + HEADER_BYTES)
 
 
@@ -102,8 +103,8 @@ class DatasetWriter:
     whole, from time 0 (all of them in a complete file)."""
 
     def __init__(self, path: Path, config: Config, grid: Mapping, members: list[int],
-                 seeds: list[int], wind_factors: list[float], iints: list[int], time0: float,
-                 attributes: dict):
+                 seeds: list[int], cases: list[tuple[dict, int]], iints: list[int],
+                 time0: float, attributes: dict):
         self.path, self.tmp, self.partial = Path(path), temporary_file(path), partial_file(path)
         ds = self.ds = create_dataset(self.tmp, config, f"{config.title}: pompy generate dataset",
                                       attributes)
@@ -114,9 +115,13 @@ class DatasetWriter:
         self._index("perturbation_seed", "i8", seeds,
                     "seed of numpy.random.default_rng for the member's perturbation (-1: none)",
                     dim="member")
-        self._index("wind_factor", "f8", wind_factors,
-                    "factor on the wind stress the member ran with (config wind_factor; "
-                    "a restart from its snapshots needs it)", dim="member")
+        for name in CASE_PARAMS:
+            self._index(name, "f8", [case[name] for case, _ in cases],
+                        f"the member's {name} (config {name}; a restart from its snapshots "
+                        "needs it)", dim="member")
+        self._index("spinup_offset", "i4", [offset for _, offset in cases],
+                    "internal steps the member ran beyond the common spin-up: its snapshot n "
+                    "is at step iint(n) + spinup_offset", dim="member")
         self._index("snapshots", "i4", [0] * len(members),
                     "the member's snapshots written whole, from time 0 (all: complete)",
                     dim="member")
@@ -132,6 +137,7 @@ class DatasetWriter:
         for name in state_fields():
             define_variable(ds, name, ("member", "time"), compress=False, located=True)
         self.iints = iints
+        self.offsets = [offset for _, offset in cases]
         self.done = [0] * len(members)
 
     @classmethod
@@ -145,6 +151,7 @@ class DatasetWriter:
         self.ds = netCDF4.Dataset(self.tmp, "a")
         self.ds.set_auto_mask(False)
         self.iints = [int(n) for n in self.ds["iint"][:]]
+        self.offsets = [int(n) for n in self.ds["spinup_offset"][:]]
         self.done = [int(n) for n in self.ds["snapshots"][:]]
         return self
 
@@ -157,8 +164,9 @@ class DatasetWriter:
 
     def write(self, member: int, n: int, record: Mapping) -> None:
         """Snapshot n of the file's member number ``member`` (0-based in the file)."""
-        if int(record["iint"]) != self.iints[n]:
-            raise RuntimeError(f"snapshot {n} is at iint {record['iint']}, expected {self.iints[n]}")
+        want = self.iints[n] + self.offsets[member]
+        if int(record["iint"]) != want:
+            raise RuntimeError(f"snapshot {n} is at iint {record['iint']}, expected {want}")
         for name in state_fields():
             self.ds[name][member, n] = to_cf(_numpy(record, name))
         if n + 1 > self.done[member]:            # counted once every field is in
@@ -171,7 +179,7 @@ class DatasetWriter:
         record = {name: torch.from_numpy(np.ascontiguousarray(
             np.asarray(self.ds[name][member, n], dtype=np.float64).T)).to(device=device, dtype=dtype)
             for name in state_fields()}
-        return dict(record, iint=self.iints[n], time0=float(self.ds.time0))
+        return dict(record, iint=self.iints[n] + self.offsets[member], time0=float(self.ds.time0))
 
     def close(self, complete: bool, keep: bool = False) -> Path | None:
         """Close the file: complete, renamed to ``path``; else, with

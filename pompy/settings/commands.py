@@ -40,6 +40,8 @@ class EvaluateSettings:
                                       "RUN/checkpoint_last.pt)", metavar="FILE")
     config: Path | None = setting(None, "the run's config, where its own path is not found from "
                                   "here", metavar="CONFIG.nml")
+    output: Path | None = setting(None, "folder of evaluation.csv, .json and .png (default "
+                                  "RUN)", metavar="DIR")
 
     @property
     def member_numbers(self) -> tuple[int, ...] | None:

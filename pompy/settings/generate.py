@@ -9,15 +9,42 @@ from pathlib import Path
 from typing import ClassVar
 
 from pompy import cores
-from pompy.config import GENERATE_GROUP
+from pompy.config import CASE_PARAMS, GENERATE_GROUP
 from pompy.errors import InputError
 from pompy.settings.base import (a_seed, at_least, dtype_setting, non_negative, non_negative_days,
                                  non_negative_seconds, positive_days, setting)
 
-PERTURBATIONS = ("ic", "wind")
+PERTURBATIONS = ("ic", "wind", "params")
 # --amplitude of each kind when not given
 DEFAULT_AMPLITUDES = {"ic": 0.01,      # degC: well below the seamount's vertical T contrast (~15 degC)
-                      "wind": 0.1}     # relative: member wind factors of about 1 +- 0.1
+                      "wind": 0.1,     # relative: member wind factors of about 1 +- 0.1
+                      "params": 0.0}   # unused: --ranges says how far params members go
+# the seamount's case parameters a params member draws, by default: pom2k's
+# values (inflow 0.2, strat_amplitude 15, seamount_height 0.9, wind 1) inside,
+# members differing by tens of percent of the flow (docs/training.md)
+DEFAULT_RANGES = "inflow=0.1:0.3,strat_amplitude=10:20,seamount_height=0.6:0.95,wind_factor=0:2"
+
+
+def parse_ranges(text: str) -> dict[str, tuple[float, float]]:
+    """``inflow=0.1:0.3,strat_amplitude=8:22``: each case parameter's range
+    (low <= high, each once, CASE_PARAMS only), in the order given;
+    InputError naming what is wrong."""
+    ranges: dict[str, tuple[float, float]] = {}
+    for item in filter(None, (part.strip() for part in str(text).split(","))):
+        name, _, span = item.partition("=")
+        low, _, high = span.partition(":")
+        try:
+            values = (float(low), float(high))
+        except ValueError:
+            values = ()
+        if name.strip() not in CASE_PARAMS or name.strip() in ranges or len(values) != 2 \
+                or not values[0] <= values[1]:
+            raise InputError(f"--ranges {text}: NAME=LOW:HIGH,... with LOW <= HIGH, each name "
+                             f"once, of {', '.join(CASE_PARAMS)} ({item!r})")
+        ranges[name.strip()] = values
+    if not ranges:
+        raise InputError(f"--ranges {text}: name at least one of {', '.join(CASE_PARAMS)}")
+    return ranges
 
 
 def _core(v: str) -> str | None:
@@ -35,6 +62,12 @@ class GenerateSchedule:
                             "perturbation) before the first snapshot, unrecorded: the data then "
                             "starts from a spun-up state (a whole number of the reference's dti)",
                             check=non_negative_days)
+    spinup_spread: float = setting(0.0, "--perturb params: days over which the members' "
+                                   "spin-ups spread (each member runs spinup plus a drawn "
+                                   "offset, up to this many days in whole steps of the "
+                                   "reference's dti), so that their windows lie along the "
+                                   "flow's evolution",
+                                   check=non_negative_days)
 
 
 @dataclass(frozen=True)
@@ -60,7 +93,13 @@ class ReferenceModel:
 class EnsembleMembers:
     members: int = setting(1, "ensemble size N", check=at_least(1))
     perturb: str = setting("ic", "perturbation of members m > 0 (ic: initial temperature noise; "
-                           "wind: a wind stress factor per member)", choices=PERTURBATIONS)
+                           "wind: a wind stress factor per member; params: the case's "
+                           "parameters drawn in --ranges, and a spin-up offset)",
+                           choices=PERTURBATIONS)
+    ranges: str = setting(DEFAULT_RANGES, "--perturb params: the range each case parameter "
+                          "is drawn in, NAME=LOW:HIGH,... (inflow, strat_amplitude, "
+                          "seamount_height, wind_factor)", metavar="RANGES",
+                          check=lambda v: parse_ranges(v) and None)
     amplitude: float | None = setting(None, "perturbation amplitude: degC for ic (default "
                                       f"{DEFAULT_AMPLITUDES['ic']}), relative for wind (default "
                                       f"{DEFAULT_AMPLITUDES['wind']})", check=non_negative)

@@ -117,7 +117,8 @@ class Correctors:
         """Each core's correction into its state (autograd kept)."""
         for i, pom in enumerate(poms):
             apply_correction_to_pom(pom, corrections[i], self.normalizer,
-                                    scale_factor=self.model.correction_scale)
+                                    scale_factor=self.model.correction_scale,
+                                    form=self.model.correction_form)
 
     # -------------------------------------------------------------- on disk
     def state_dict(self) -> dict:

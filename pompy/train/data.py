@@ -25,7 +25,8 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from pompy import variables
 from pompy.config import Config
-from pompy.dataset import MEMBER_PARAMS, SnapshotDataset, member_params
+from pompy.config import CASE_PARAMS
+from pompy.dataset import SnapshotDataset, member_params
 from pompy.distributed import Distributed
 from pompy.errors import InputError
 
@@ -115,7 +116,7 @@ def collate_samples(dataset: SnapshotDataset, samples: list[dict]) -> tuple[dict
            "time0": torch.tensor([float(dataset.restore_record(s)["time0"]) for s in samples],
                                  dtype=torch.float64),
            "params": {name: torch.tensor([member_params(s)[name] for s in samples],
-                                         dtype=torch.float64) for name in MEMBER_PARAMS}}
+                                         dtype=torch.float64) for name in CASE_PARAMS}}
     refs = {name: torch.stack([s["target"][name] for s in samples]) for name in samples[0]["target"]}
     return ics, refs
 
@@ -230,21 +231,37 @@ def pack_pom_batch(poms: Sequence, normalizer: Normalizer) -> torch.Tensor:
     return normalizer.normalize(torch.stack([pack_state(pom.state, kb) for pom in poms]))
 
 
-def apply_correction_to_pom(pom, correction: torch.Tensor, normalizer: Normalizer,
-                            scale_factor: float = 1e-3) -> None:
-    """field += scale_factor * std_c * correction_c on the wet points, for
-    each packed channel c (correction: (C, jm, im), normalised units)."""
-    kb = pom.config.kb
+# each corrected field's previous time level (correction_form both_levels)
+PREVIOUS = {"u": "ub", "v": "vb", "t": "tb", "s": "sb", "el": "elb", "ua": "uab", "va": "vab"}
+
+
+def state_increments(correction: torch.Tensor, normalizer: Normalizer, kb: int,
+                     scale_factor: float) -> dict[str, torch.Tensor]:
+    """Per packed field, its increment in pom2k order: scale_factor * std_c
+    * correction_c on the wet points of each channel c (correction:
+    (C, jm, im), normalised units); 3-D fields none at k = kb."""
     delta = correction * (scale_factor * normalizer.std[:, None, None].to(correction)) \
         * normalizer.mask.to(correction)
-    changes, c = {}, 0
+    increments, c = {}, 0
     for name in PACKED:
-        field = pom.state[name]
-        if field.dim() == 3:
-            d = delta[c:c + kb - 1].permute(2, 1, 0).to(field.dtype)
-            changes[name] = field + F.pad(d, (0, 1))
+        if len(variables.ALL[name].dims) == 3:
+            increments[name] = F.pad(delta[c:c + kb - 1].permute(2, 1, 0), (0, 1))
             c += kb - 1
         else:
-            changes[name] = field + delta[c].T.to(field.dtype)
+            increments[name] = delta[c].T
             c += 1
-    pom.inject(changes)
+    return increments
+
+
+def apply_correction_to_pom(pom, correction: torch.Tensor, normalizer: Normalizer,
+                            scale_factor: float = 1e-3, form: str = "state") -> None:
+    """The correction into the core's state: ``form`` "state", each packed
+    field += its increment (:func:`state_increments`); "both_levels", each
+    field of PREVIOUS and its previous level += the field's increment (the
+    leapfrog pair shifted together; the uab and vab channels unused)."""
+    increments = state_increments(correction, normalizer, pom.config.kb, scale_factor)
+    if form == "both_levels":
+        increments = {level: increments[name] for name, before in PREVIOUS.items()
+                      for level in (name, before)}
+    pom.inject({name: pom.state[name] + d.to(pom.state[name].dtype)
+                for name, d in increments.items()})

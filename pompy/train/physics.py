@@ -7,13 +7,14 @@ the physics, the decoder's correction.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 
 import torch
 
 from pompy import cores
-from pompy.config import Config
+from pompy.config import SETUP_PARAMS, Config
 from pompy.errors import ModelStop
 from pompy.settings.train import Physics
 from pompy.train.correctors import Correctors
@@ -41,6 +42,7 @@ class PhysicsRunner:
                              physics.physics_checkpoint, physics.compile) \
             if pool_size is not None else None
         self.failed: list[bool] = []
+        self.setups: dict[tuple[float, ...], dict] = {}
 
     def borrow(self, count: int) -> list:
         """``count`` set-up cores (the pool's, restored to their clean state)."""
@@ -50,10 +52,24 @@ class PhysicsRunner:
                                        self.physics.physics_checkpoint, self.physics.compile)
                 for _ in range(count)]
 
+    def set_up(self, case: tuple[float, ...]) -> dict:
+        """The set-up (a capture: grid and state) of the config with the
+        case parameters ``case`` (values of SETUP_PARAMS), made once."""
+        if case not in self.setups:
+            config = dataclasses.replace(self.config, **dict(zip(SETUP_PARAMS, case)))
+            core = build_initialized_core(self.core_cls, config, self.device, self.dtype)
+            self.setups[case] = core.capture()
+        return self.setups[case]
+
     def start(self, poms: list, ics: Mapping, learned: Mapping | None = None) -> None:
-        """Each sample's initial state into its core, and the learned
-        parameters' values into every core."""
-        for index, pom in enumerate(poms):
+        """Each sample's initial state into its core (set up first with
+        its member's case parameters where they shape the set-up: its
+        grid), and the learned parameters' values into every core."""
+        own = tuple(float(getattr(self.config, n)) for n in SETUP_PARAMS)
+        for index, pom in enumerate(poms):     # borrowed: each at the config's set-up
+            case = tuple(float(ics["params"][n][index]) for n in SETUP_PARAMS)
+            if case != own:
+                pom.restore(self.set_up(case))
             inject_core_state(pom, ics, sample_index=index)
         if learned:
             for pom in poms:
