@@ -88,7 +88,7 @@ class Data:
                                       "fitted on", check=at_least(1))
 
 
-CORRECTION_FORMS = ("state", "both_levels")
+CORRECTION_FORMS = ("state", "both_levels", "tendency")
 
 
 @dataclass(frozen=True)
@@ -105,12 +105,17 @@ class Model:
     correction_scale: float = setting(1e-3, "a correction adds scale x the channel's std x the "
                                       "network's output on the wet points (0: the physics "
                                       "alone)", check=non_negative)
+    zero_head: bool = setting(False, "the CorrectorNets' last layer starts at zero: the hybrid "
+                              "starts as the physics alone (default: torch's initialisation, "
+                              "whose first corrections are noise)")
     correction_form: str = setting("state", "how a correction enters the state: state (the "
                                    "packed fields' current levels, uab and vab their own "
                                    "channels) or both_levels (each field's increment added to "
                                    "its previous level too, u and ub, t and tb, el and elb, ua "
                                    "and uab, ...: the leapfrog pair's difference, its "
-                                   "tendency, unchanged)", choices=CORRECTION_FORMS)
+                                   "tendency, unchanged) or tendency (the decoder's increment "
+                                   "spread over the cycle's physics steps, a share after each, "
+                                   "on both levels)", choices=CORRECTION_FORMS)
     learn: str = setting("", "pom2k parameters trained too, NAME,... of "
                          f"{', '.join(LEARNABLE)} (each exp of a learned log)",
                          check=lambda v: parse_learn(v) and None)

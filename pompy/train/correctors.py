@@ -63,7 +63,7 @@ class Correctors:
     def _corrector(self, kb: int) -> nn.Module:
         """A CorrectorNet, SyncBatchNorm, DDP-wrapped (one process: plain)."""
         net = CorrectorNet(channels(kb), self.model.hidden_channels, self.normalizer.mask,
-                           norm=self.model.norm)
+                           norm=self.model.norm, zero_head=self.model.zero_head)
         net = convert_sync_batchnorm(net, self.device).to(device=self.device, dtype=self.net_dtype)
         return self._wrap(net)
 
@@ -113,11 +113,11 @@ class Correctors:
             return out.to(self.dtype)
         return net(packed)
 
-    def apply(self, poms: list, corrections: torch.Tensor) -> None:
-        """Each core's correction into its state (autograd kept)."""
+    def apply(self, poms: list, corrections: torch.Tensor, share: float = 1.0) -> None:
+        """Each core's correction (times ``share``) into its state (autograd kept)."""
         for i, pom in enumerate(poms):
             apply_correction_to_pom(pom, corrections[i], self.normalizer,
-                                    scale_factor=self.model.correction_scale,
+                                    scale_factor=self.model.correction_scale * share,
                                     form=self.model.correction_form)
 
     # -------------------------------------------------------------- on disk

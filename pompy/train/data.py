@@ -256,11 +256,12 @@ def state_increments(correction: torch.Tensor, normalizer: Normalizer, kb: int,
 def apply_correction_to_pom(pom, correction: torch.Tensor, normalizer: Normalizer,
                             scale_factor: float = 1e-3, form: str = "state") -> None:
     """The correction into the core's state: ``form`` "state", each packed
-    field += its increment (:func:`state_increments`); "both_levels", each
+    field += its increment (:func:`state_increments`); "both_levels" (and
+    "tendency", whose share of a cycle's increment each step adds), each
     field of PREVIOUS and its previous level += the field's increment (the
     leapfrog pair shifted together; the uab and vab channels unused)."""
     increments = state_increments(correction, normalizer, pom.config.kb, scale_factor)
-    if form == "both_levels":
+    if form in ("both_levels", "tendency"):
         increments = {level: increments[name] for name, before in PREVIOUS.items()
                       for level in (name, before)}
     pom.inject({name: pom.state[name] + d.to(pom.state[name].dtype)

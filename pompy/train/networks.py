@@ -127,15 +127,22 @@ class CorrectorNet(nn.Module):
     """A conv encoder-decoder (two 3x3 conv blocks, a stride-2 block, an
     upsampled block joined with the skip, a 3x3 head) from packed
     channels to corrections of the same channels, zero on land. ``norm``:
-    the blocks' normalisation (NORMS; batch norm, SyncBatchNorm under DDP, by default)."""
+    the blocks' normalisation (NORMS; batch norm, SyncBatchNorm under DDP, by default).
+    ``zero_head``: the head's weights and bias start at zero, so that the
+    hybrid starts as the physics alone (the default: torch's init, whose
+    first corrections are noise)."""
 
-    def __init__(self, channels: int, hidden: int, mask: torch.Tensor, norm: str = "batch"):
+    def __init__(self, channels: int, hidden: int, mask: torch.Tensor, norm: str = "batch",
+                 zero_head: bool = False):
         super().__init__()
         self.enc = nn.Sequential(_block(channels, hidden, norm=norm),
                                  _block(hidden, hidden, norm=norm))
         self.down = _block(hidden, 2 * hidden, stride=2, norm=norm)
         self.up = _block(2 * hidden, hidden, norm=norm)
         self.head = nn.Conv2d(2 * hidden, channels, 3, padding=1)
+        if zero_head:             # no correction until training finds one: the physics alone
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
         self.register_buffer("mask", mask.clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -76,18 +76,19 @@ class PhysicsRunner:
                 pom.params = dict(pom.params, **learned)
         self.failed = [False] * len(poms)
 
-    def cycle(self, poms: list) -> None:
-        """``steps`` physics steps of every core not failed: as one ensemble
-        where it may, else one by one, a core that stops marked failed and
-        back at its last good state."""
+    def cycle(self, poms: list, steps: int | None = None) -> None:
+        """``steps`` (default the cycle's) physics steps of every core not
+        failed: as one ensemble where it may, else one by one, a core that
+        stops marked failed and back at its last good state."""
+        steps = self.steps if steps is None else steps
         live = [poms[i] for i in range(len(poms)) if not self.failed[i]]
-        if self.batch_physics and len(live) > 1 and run_as_ensemble(live, self.steps):
+        if self.batch_physics and len(live) > 1 and run_as_ensemble(live, steps):
             return
         for i, pom in enumerate(poms):
             if self.failed[i]:
                 continue
             try:
-                pom.advance(pom.iint + self.steps)
+                pom.advance(pom.iint + steps)
             except ModelStop as stop:
                 print(f"pompy train [rank {self.rank}]: sample {i}: {stop}", file=sys.stderr)
                 pom.state = dict(pom.last_good)
@@ -98,7 +99,8 @@ def run_hybrid(runner: PhysicsRunner, correctors: Correctors | None, normalizer:
                poms: list, ics: Mapping, cycles: int) -> dict:
     """The hybrid forward of a batch: start the cores, then per cycle the
     encoder's correction, the decoder's forward, the physics, the
-    decoder's correction, the state recorded. ``correctors`` None: the
+    decoder's correction (correction_form tendency: a share of it after
+    each physics step), the state recorded. ``correctors`` None: the
     physics alone (no network, no learned parameter), the baseline.
     (B, cycles, ...) per loss field. A core that stops keeps its last good
     state for the rest of the batch (the networks still run on every rank)."""
@@ -111,9 +113,14 @@ def run_hybrid(runner: PhysicsRunner, correctors: Correctors | None, normalizer:
             correctors.apply(poms, correctors.correction(encoder, pack_pom_batch(poms, normalizer)))
         if decoder is not None:
             after = correctors.correction(decoder, pack_pom_batch(poms, normalizer))
-        runner.cycle(poms)
-        if decoder is not None:
-            correctors.apply(poms, after)
+        if decoder is not None and correctors.model.correction_form == "tendency":
+            for _ in range(runner.steps):       # a share of the increment after each step
+                runner.cycle(poms, 1)
+                correctors.apply(poms, after, share=1.0 / runner.steps)
+        else:
+            runner.cycle(poms)
+            if decoder is not None:
+                correctors.apply(poms, after)
         for key in seq:
             seq[key].append(torch.stack([getattr(pom, key) for pom in poms]))
     return {key: torch.stack(values, dim=1) for key, values in seq.items()}
