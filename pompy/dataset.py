@@ -37,6 +37,18 @@ snapshot is one contiguous read) holds:
                                        el, elb, ..., u, ub, ..., t, tb, ..., q2l,
                                        km, ..., the boundary values ele, ..., sbs
 
+Where the physics' step (the config's dti) is a whole number >= 2 of the
+reference's (``physics_step_ratio``, dividing the snapshot spacing and
+the spin-up), each snapshot also holds the leapfrog b levels the physics
+keeps: ub_dti, vb_dti, tb_dti, sb_dti, q2b_dti, q2lb_dti (member, time,
+...): the reference's state one physics step before the snapshot,
+Asselin-filtered as the physics' internal step filters it
+(pompy.core.stepping.leapfrog_b_levels). A physics restarted from a
+snapshot with the reference's own b levels (one of its shorter steps
+back) takes a first leapfrog step over the wrong interval; with these it
+starts as if it had run all along. ``physics_levels=True`` gives them in
+place of the reference's, in the state and the targets.
+
 Arrays are stored in CF order (member, time, sigma, y, x), i.e. a pom2k
 array a(i, j, k) transposed; SnapshotDataset gives them back in pom2k order
 (i, j, k) as a core holds them. Time 0 (iint 0) is the member's initial
@@ -64,6 +76,8 @@ files by rank), their members in file order, then the start n::
     sample["member"], sample["time"], sample["iint"]     # of snapshot n
     sample["wind_factor"], sample["inflow"], ...          # the member's case parameters
     sample["target_time"], sample["target_iint"]         # (T,) of the targets
+    SnapshotDataset("data/", horizon=2, physics_levels=True)  # ub, vb, tb, sb, q2b, q2lb:
+                                                  # the physics' own (X_dti), where held
     core.restore(ds.restore_record(sample))               # a core at snapshot n ...
     core.params = dict(core.params, **member_params(sample))   # ... under its forcing: bit for bit
 
@@ -163,6 +177,8 @@ class _FileInfo:
                                                                  f"dti = {self.dti:g} s"))
             self.namelist, self.source_hash = ds.namelist, ds.source_hash
             self.state = ds.state_variables.split()
+            # the physics' own leapfrog b levels (pompy.generate: physics_step_ratio)
+            self.levels = [n for n in self.state if f"{n}_dti" in ds.variables]
             self.grid = ds.grid_variables.split()
 
     def same_run(self, other: _FileInfo) -> str | None:
@@ -191,11 +207,12 @@ class SnapshotDataset(Dataset):
     member, with member and time metadata; float64 tensors in pom2k order."""
 
     def __init__(self, paths: str | Path | Sequence[str | Path], horizon: int = 1,
-                 fields: Sequence[str] | None = None):
+                 fields: Sequence[str] | None = None, physics_levels: bool = False):
         if int(horizon) != horizon or horizon < 1:
             raise ValueError(f"horizon={horizon!r}: the number of target snapshots, an integer >= 1")
         self.paths = dataset_files(paths)
         self.horizon = int(horizon)
+        self.physics_levels = physics_levels
         self._files = [_FileInfo(p) for p in self.paths]
         self._check_files()
         first = self._files[0]
@@ -249,10 +266,15 @@ class SnapshotDataset(Dataset):
         info, ds, span = self._files[f], self._open(f), slice(n + 1, n + 1 + self.horizon)
         offset = info.offsets[local]             # the member's own spin-up beyond the common one
         days = offset * info.dti / 86400.0
+        own = set(info.levels) if self.physics_levels else set()
+
+        def stored(name: str) -> str:          # the physics' b level where asked and held
+            return f"{name}_dti" if name in own else name
+
         return {
-            "state": {name: torch.from_numpy(_pom2k(ds[name][local, n], 0))
+            "state": {name: torch.from_numpy(_pom2k(ds[stored(name)][local, n], 0))
                       for name in self.state_fields},
-            "target": {name: torch.from_numpy(_pom2k(ds[name][local, span], 1))
+            "target": {name: torch.from_numpy(_pom2k(ds[stored(name)][local, span], 1))
                        for name in self.fields},
             "member": info.members[local], "file": f, **info.cases[local],
             "time": float(info.time[n]) + days, "iint": int(info.iint[n]) + offset,

@@ -220,15 +220,46 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
 
     # momentum (uf, vf)
     apply(s, p, "advu", "advv", "profu", "profv", "bcond(3)", routines=routines)
-    # filter with the depth mean of the filter increment removed
     for f, fb, ff in (("u", "ub", "uf"), ("v", "vb", "vf")):
-        now = s[f][..., K]
-        incr = s[ff][..., K] + s[fb][..., K] - 2.0 * now
-        tps = depth_sum(incr, dz, kbm1)
-        filtered = put(s[f], now + .5 * smoth * (incr - tps[..., None]), k=(1, kbm1))
+        filtered, s["tps"] = _asselin_momentum(s[f], s[fb], s[ff], dz, smoth)
         s[fb], s[f] = filtered, s[ff].clone()
-        s["tps"] = tps
     return s
+
+
+def _asselin_momentum(f: Tensor, fb: Tensor, ff: Tensor, dz: Tensor, smoth: float
+                      ) -> tuple[Tensor, Tensor]:
+    """u's or v's Asselin filter of level n, the depth mean of the filter
+    increment removed (pom2k's, so that the external mode's transports
+    stay), and that depth mean."""
+    kbm1 = f.shape[-1] - 1
+    K = span(1, kbm1)
+    now = f[..., K]
+    incr = ff[..., K] + fb[..., K] - 2.0 * now
+    tps = depth_sum(incr, dz, kbm1)
+    return put(f, now + .5 * smoth * (incr - tps[..., None]), k=(1, kbm1)), tps
+
+
+# the internal mode's leapfrog pairs (level, its filtered previous level)
+LEAPFROG = (("q2", "q2b"), ("q2l", "q2lb"), ("t", "tb"), ("s", "sb"), ("u", "ub"), ("v", "vb"))
+
+
+def leapfrog_b_levels(before2: Mapping, before: Mapping, now: Mapping, dz: Tensor, smoth: float,
+                      mode: int) -> dict[str, Tensor]:
+    """The previous levels a leapfrog of step d keeps at time T (ub, vb, tb,
+    sb, q2b, q2lb), from a trajectory's states at T - 2d, T - d and T:
+    level T - d filtered as internal_step filters it, with the unfiltered
+    state at T - 2d for its own filtered previous level (a difference of
+    (smoth/2)**2 times the second difference). Mode 4 steps no t or s:
+    theirs stay ``now``'s."""
+    out = {}
+    for f, fb in LEAPFROG:
+        if mode == 4 and f in ("t", "s"):
+            out[fb] = now[fb]
+        elif f in ("u", "v"):
+            out[fb] = _asselin_momentum(before[f], before2[f], now[f], dz, smoth)[0]
+        else:
+            out[fb] = _asselin(before[f], before2[f], now[f], smoth)
+    return out
 
 
 def finite(s: Mapping) -> Tensor:

@@ -110,7 +110,8 @@ def generate(config: Config, settings: GenerateSettings, *,
     if settings.files.resume:
         check_resumed(partial_file(p.path), reference, attributes)
     prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
-    size = estimate_dataset_bytes(reference, len(p.members), p.records + 1)
+    size = estimate_dataset_bytes(reference, len(p.members), p.records + 1,
+                                  bool(attributes["physics_step_ratio"]))
     print(f"{prefix}: {p.path} will take about {size / 1e6:.3g} MB ({len(p.members)} members x "
           f"{p.records + 1} snapshots, every {p.steps} steps of the {ref.core} core at dti = "
           f"{reference.dti:g} s)", file=log, flush=True)

@@ -19,6 +19,7 @@ run_generation_day returns, once written, are dropped from the core's
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import torch
@@ -27,6 +28,7 @@ from pompy import cores
 from pompy.config import Config
 from pompy.core.ensemble import Ensemble
 from pompy.core.model import Core, forward_only
+from pompy.core.stepping import LEAPFROG, leapfrog_b_levels
 from pompy.errors import ConfigError, InputError, ModelStop
 from pompy.generate.perturbations import perturb_start
 from pompy.generate.writer import DatasetWriter
@@ -84,6 +86,41 @@ def set_up(core_name: str, config: Config, device: str, dtype: str, compile: boo
     return core
 
 
+class History:
+    """The last three states of a member one physics step (``ratio``
+    reference steps) apart, and from them the leapfrog b levels of the
+    physics' step at the latest (stepping.leapfrog_b_levels); with fewer
+    than three, the latest state's own b levels (a cold start's, or the
+    reference's: too short a spin-up to know better)."""
+
+    def __init__(self, ratio: int, core: Core):
+        self.ratio, self.states = ratio, collections.deque(maxlen=3)
+        self.dz, self.smoth, self.mode = core.state["dz"], core.params["smoth"], core.config.mode
+
+    def add(self, record: dict) -> None:
+        self.states.append(record)
+
+    def levels(self) -> dict:
+        now = self.states[-1]
+        if len(self.states) < 3:
+            return {fb: now[fb] for _, fb in LEAPFROG}
+        return leapfrog_b_levels(*self.states, self.dz, self.smoth, self.mode)
+
+
+def _run_to(core: Core, steps: int, history: History | None) -> dict:
+    """``steps`` more steps on the generation fast path; the last state,
+    and every physics step's state into ``history``."""
+    if history is None:
+        (record,) = core.run_generation_day(steps, capture_interval=steps)
+    else:
+        captured = core.run_generation_day(steps, capture_interval=history.ratio)
+        for state in captured:
+            history.add(state)
+        record = captured[-1]
+    core.generation_records.clear()     # written: the core need not keep it
+    return record
+
+
 def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, perturb: str,
                seed: int, amplitude: float, case: dict, steps: int, records: int) -> None:
     """The file's member ``local`` from its set-up ``start``, of
@@ -98,17 +135,25 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
     else:
         core.restore(start)
     core.params = dict(core.params, **case)     # wind_factor: what surface_forcing reads
+    history = History(writer.ratio, core) if writer.ratio else None
     if not done:
         perturb_start(core, perturb, seed, amplitude)
         spin = writer.iints[0] + writer.offsets[local]
-        if spin:                             # the spin-up, unrecorded
-            core.run_generation_day(spin, capture_interval=0)
-        writer.write(local, 0, core.snapshot())
+        early = spin - 2 * writer.ratio if history is not None and spin >= 2 * writer.ratio \
+            else spin
+        if early:                            # the spin-up, unrecorded
+            core.run_generation_day(early, capture_interval=0)
+        if history is not None:              # its last two physics steps for the b levels
+            history.add(core.snapshot())
+            if spin > early:
+                _run_to(core, spin - early, history)
+        writer.write(local, 0, core.snapshot(), history.levels() if history else None)
         raise_pending()                      # a signal something dropped: stop here
+    elif history is not None:
+        history.add(writer.read(local, done - 1, core.device, core.dtype))
     for n in range(max(done, 1), records + 1):
-        (record,) = core.run_generation_day(steps, capture_interval=steps)
-        core.generation_records.clear()     # written: the core need not keep it
-        writer.write(local, n, record)
+        record = _run_to(core, steps, history)
+        writer.write(local, n, record, history.levels() if history else None)
         raise_pending()
 
 
@@ -130,22 +175,40 @@ def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[
             perturb_start(model, perturb, m_seed, amplitude)
         initial.append(model.snapshot())
     ens = Ensemble(model, len(members))
+    histories = [History(writer.ratio, model) if writer.ratio else None for _ in members]
     for local, (record, case) in enumerate(zip(initial, cases)):
         ens.load_member(local, {n: record[n] for n in ens.state if n in record})
         if case["wind_factor"] != model.params["wind_factor"]:
             ens.set_member_params(local, wind_factor=case["wind_factor"])
-    spin = writer.iints[0]
+    spin, ratio = writer.iints[0], writer.ratio
+
+    def advance(last: int, first: int) -> None:
+        """To step ``last``, each physics step's state from ``first`` on
+        into the members' histories."""
+        for stop in ([last] if not ratio else range(max(first, last % ratio), last + 1, ratio)):
+            ens.advance(stop)
+            for local, history in enumerate(histories):
+                if history is not None:
+                    history.add(ens.snapshot(local) if stop else initial[local])
+
+    def levels(local: int) -> dict | None:
+        return histories[local].levels() if histories[local] is not None else None
+
     try:
         with forward_only(model):
             if not done:
-                ens.advance(spin)            # the spin-up, unrecorded (none: iint 0)
+                advance(spin, max(spin - 2 * ratio, 0))   # the spin-up, unrecorded
                 for local, record in enumerate(initial):
-                    writer.write(local, 0, ens.snapshot(local) if spin else record)
+                    writer.write(local, 0, ens.snapshot(local) if spin else record, levels(local))
                 raise_pending()              # a signal something dropped: stop here
+            else:
+                for local, history in enumerate(histories):
+                    if history is not None:
+                        history.add(writer.read(local, done - 1, model.device, model.dtype))
             for n in range(max(done, 1), records + 1):
-                ens.advance(spin + n * steps)
+                advance(spin + n * steps, spin + (n - 1) * steps + ratio)
                 for local in range(len(members)):
-                    writer.write(local, n, ens.snapshot(local))
+                    writer.write(local, n, ens.snapshot(local), levels(local))
                 raise_pending()
     except ModelStop as exc:
         exc.member = members[exc.member]

@@ -22,12 +22,13 @@ import torch
 
 from pompy import __version__, variables
 from pompy.config import CASE_PARAMS, Config
+from pompy.core.stepping import LEAPFROG
 from pompy.dataset import FORMAT, grid_fields, state_fields
 from pompy.driver import COMPILED
 from pompy.errors import InputError
 from pompy.generate.perturbations import PERTURBATION_TEXT
 from pompy.generate.reference import describe_model
-from pompy.io import create_dataset, define_variable, to_cf, write_axes
+from pompy.io import cf_dims, create_dataset, define_variable, to_cf, write_axes
 from pompy.provenance import source_hash
 from pompy.settings import GenerateSettings
 
@@ -39,6 +40,20 @@ from pompy.settings import GenerateSettings
 HEADER_BYTES = 114_000
 # attributes that may differ between an interrupted file and its resumption
 RESUMABLE = frozenset({"history", "torch_compile"})
+
+
+def physics_ratio(config: Config, physics: Config, steps: int, spinup_steps: int) -> int:
+    """The physics' step (the config's dti) in reference steps, where the
+    dataset records the physics' leapfrog b levels (a whole number >= 2
+    that divides the snapshot spacing and the spin-up); else 0."""
+    ratio = round(physics.dti / config.dti)
+    whole = ratio >= 2 and math.isclose(ratio * config.dti, physics.dti, rel_tol=1e-12)
+    return ratio if whole and steps % ratio == 0 and spinup_steps % ratio == 0 else 0
+
+
+def b_level_name(name: str) -> str:
+    """The dataset variable of a b level at the physics' step."""
+    return f"{name}_dti"
 
 
 def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, rank: int,
@@ -61,6 +76,7 @@ def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, r
         "member_split": f"member m is in the file of rank m % {world}",
         "state_variables": " ".join(state_fields()), "grid_variables": " ".join(grid_fields()),
         "spinup_steps": spinup_steps,
+        "physics_step_ratio": physics_ratio(config, physics, steps, spinup_steps),
     } | ({"ranges": ens.ranges, "spinup_spread": float(settings.schedule.spinup_spread)}
          if ens.perturb == "params" else {})
 
@@ -69,13 +85,15 @@ def _count(config: Config, names: list[str]) -> int:
     return sum(math.prod(variables.shape(n, config.im, config.jm, config.kb)) for n in names)
 
 
-def estimate_dataset_bytes(config: Config, members: int, records: int) -> int:
+def estimate_dataset_bytes(config: Config, members: int, records: int,
+                           b_levels: bool = False) -> int:
     """The size of a dataset file of ``members`` members and ``records``
-    snapshots (time 0 included): the values' bytes from the variable table
-    (float64, uncompressed) plus HEADER_BYTES, measured."""
+    snapshots (time 0 included), with the physics' b levels or not: the
+    values' bytes from the variable table (float64, uncompressed) plus
+    HEADER_BYTES, measured."""
     coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
     grid = 8 * (coordinates + _count(config, grid_fields()))
-    state = 8 * _count(config, state_fields())
+    state = 8 * _count(config, state_fields() + ([b for _, b in LEAPFROG] if b_levels else []))
     return (grid + members * records * state + records * (8 + 4) + members * (4 + 8 + 8 * len(CASE_PARAMS) + 4 + 4)
             + HEADER_BYTES)
 
@@ -136,6 +154,14 @@ class DatasetWriter:
                 define_variable(ds, name, compress=False, located=True)[:] = to_cf(grid_np[name])
         for name in state_fields():
             define_variable(ds, name, ("member", "time"), compress=False, located=True)
+        self.ratio = int(attributes["physics_step_ratio"])
+        for _, name in LEAPFROG if self.ratio else ():
+            v = ds.createVariable(b_level_name(name), "f8", ("member", "time") + cf_dims(name))
+            v.units = variables.ALL[name].units
+            v.long_name = (f"{variables.ALL[name].long_name}, the physics' own: the "
+                           f"reference's state one physics step (the config's dti, "
+                           f"{self.ratio} reference steps) before the snapshot, "
+                           "Asselin-filtered as the physics' leapfrog filters it")
         self.iints = iints
         self.offsets = [offset for _, offset in cases]
         self.done = [0] * len(members)
@@ -151,6 +177,7 @@ class DatasetWriter:
         self.ds = netCDF4.Dataset(self.tmp, "a")
         self.ds.set_auto_mask(False)
         self.iints = [int(n) for n in self.ds["iint"][:]]
+        self.ratio = int(getattr(self.ds, "physics_step_ratio", 0))
         self.offsets = [int(n) for n in self.ds["spinup_offset"][:]]
         self.done = [int(n) for n in self.ds["snapshots"][:]]
         return self
@@ -162,13 +189,16 @@ class DatasetWriter:
         v.setncatts(attrs)
         return v
 
-    def write(self, member: int, n: int, record: Mapping) -> None:
-        """Snapshot n of the file's member number ``member`` (0-based in the file)."""
+    def write(self, member: int, n: int, record: Mapping, levels: Mapping | None = None) -> None:
+        """Snapshot n of the file's member number ``member`` (0-based in the
+        file), with the physics' b levels ``levels`` where the file has them."""
         want = self.iints[n] + self.offsets[member]
         if int(record["iint"]) != want:
             raise RuntimeError(f"snapshot {n} is at iint {record['iint']}, expected {want}")
         for name in state_fields():
             self.ds[name][member, n] = to_cf(_numpy(record, name))
+        for name, value in (levels or {}).items() if self.ratio else ():
+            self.ds[b_level_name(name)][member, n] = to_cf(_numpy(levels, name))
         if n + 1 > self.done[member]:            # counted once every field is in
             self.done[member] = n + 1
             self.ds["snapshots"][member] = n + 1

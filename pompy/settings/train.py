@@ -79,6 +79,10 @@ class Data:
                                 "apart; this or &train's data is required", metavar="DIR")
     horizon: int = setting(2, "correction cycles per sample (its target snapshots)",
                            check=at_least(1))
+    pushforward: int = setting(0, "cycles each sample first runs through the hybrid without "
+                               "gradients (its own corrections included), the loss on the "
+                               "horizon's cycles after them: training from the states the "
+                               "hybrid makes, not the reference's alone", check=at_least(0))
     steps_per_correction: int = setting(2, "physics steps of the config's dti per correction "
                                         "cycle", check=at_least(1))
     batch_size: int = setting(1, "samples per batch on each process", check=at_least(1))

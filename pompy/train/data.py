@@ -44,7 +44,7 @@ def open_dataset(path: Path, horizon: int, fields: Sequence[str], config: Config
     """The dataset at ``path`` and its land masks (fsm, dum, dvm); an
     InputError where it cannot serve ``config``'s training."""
     try:
-        ds = SnapshotDataset(path, horizon=horizon, fields=fields)
+        ds = SnapshotDataset(path, horizon=horizon, fields=fields, physics_levels=True)
     except (OSError, ValueError) as err:
         raise InputError(f"--data {path}: {err}") from err
     try:
@@ -129,7 +129,8 @@ class TrainingData:
 
     def __init__(self, settings: Data, config: Config, fields: Sequence[str], dist: Distributed):
         self.settings = settings
-        self.dataset, self.grid = open_dataset(settings.data, settings.horizon, fields, config,
+        self.dataset, self.grid = open_dataset(settings.data,
+                                               settings.pushforward + settings.horizon, fields, config,
                                                settings.steps_per_correction)
         self.train_indices, self.test_indices = split_members(self.dataset,
                                                               settings.test_fraction)

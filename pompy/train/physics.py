@@ -96,31 +96,46 @@ class PhysicsRunner:
 
 
 def run_hybrid(runner: PhysicsRunner, correctors: Correctors | None, normalizer: Normalizer,
-               poms: list, ics: Mapping, cycles: int) -> dict:
+               poms: list, ics: Mapping, cycles: int, pushforward: int = 0) -> dict:
     """The hybrid forward of a batch: start the cores, then per cycle the
     encoder's correction, the decoder's forward, the physics, the
     decoder's correction (correction_form tendency: a share of it after
     each physics step), the state recorded. ``correctors`` None: the
     physics alone (no network, no learned parameter), the baseline.
-    (B, cycles, ...) per loss field. A core that stops keeps its last good
-    state for the rest of the batch (the networks still run on every rank)."""
+    (B, cycles - pushforward, ...) per loss field: the first ``pushforward``
+    cycles run without gradients and are not recorded. A core that stops
+    keeps its last good state for the rest of the batch (the networks
+    still run on every rank)."""
     nets = correctors.for_phase() if correctors is not None else {}
-    encoder, decoder, physics = (nets.get(n) for n in ("encoder", "decoder", "physics"))
+    physics = nets.get("physics")
     runner.start(poms, ics, physics() if physics is not None else None)
+    if pushforward:
+        with torch.no_grad():
+            for _ in range(pushforward):
+                _cycle(runner, correctors, nets, normalizer, poms)
+        for pom in poms:                   # the samples start here, without history
+            pom.state = {name: value.detach() for name, value in pom.state.items()}
     seq = {key: [] for key in LOSS_FIELDS}
-    for _ in range(cycles):
-        if encoder is not None:
-            correctors.apply(poms, correctors.correction(encoder, pack_pom_batch(poms, normalizer)))
-        if decoder is not None:
-            after = correctors.correction(decoder, pack_pom_batch(poms, normalizer))
-        if decoder is not None and correctors.model.correction_form == "tendency":
-            for _ in range(runner.steps):       # a share of the increment after each step
-                runner.cycle(poms, 1)
-                correctors.apply(poms, after, share=1.0 / runner.steps)
-        else:
-            runner.cycle(poms)
-            if decoder is not None:
-                correctors.apply(poms, after)
+    for _ in range(cycles - pushforward):
+        _cycle(runner, correctors, nets, normalizer, poms)
         for key in seq:
             seq[key].append(torch.stack([getattr(pom, key) for pom in poms]))
     return {key: torch.stack(values, dim=1) for key, values in seq.items()}
+
+
+def _cycle(runner: PhysicsRunner, correctors: Correctors | None, nets: Mapping,
+           normalizer: Normalizer, poms: list) -> None:
+    """One correction cycle of the hybrid."""
+    encoder, decoder = nets.get("encoder"), nets.get("decoder")
+    if encoder is not None:
+        correctors.apply(poms, correctors.correction(encoder, pack_pom_batch(poms, normalizer)))
+    if decoder is not None:
+        after = correctors.correction(decoder, pack_pom_batch(poms, normalizer))
+    if decoder is not None and correctors.model.correction_form == "tendency":
+        for _ in range(runner.steps):       # a share of the increment after each step
+            runner.cycle(poms, 1)
+            correctors.apply(poms, after, share=1.0 / runner.steps)
+    else:
+        runner.cycle(poms)
+        if decoder is not None:
+            correctors.apply(poms, after)

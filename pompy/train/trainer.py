@@ -165,9 +165,14 @@ class NPOMTrainerDDP:
         borrowed cores; ``corrected`` False: the physics alone."""
         poms = self.physics.borrow(len(ics["iint"]))
         preds = run_hybrid(self.physics, self.correctors if corrected else None,
-                           self.normalizer, poms, ics, cycles)
+                           self.normalizer, poms, ics, cycles, self.settings.data.pushforward)
         release_graphs(poms)
         return preds
+
+    def targets(self, refs: Mapping) -> dict:
+        """A batch's targets of the loss: its snapshots after the pushforward cycles."""
+        skip = self.settings.data.pushforward
+        return {name: value[:, skip:] for name, value in refs.items()}
 
     def component_losses(self, preds: Mapping, refs: Mapping) -> dict:
         """Per field: the masked MSE (losses.component_losses)."""
@@ -182,7 +187,7 @@ class NPOMTrainerDDP:
         """One optimiser step on a batch; [total, per-field losses x
         loss_display_scale], the ranks' average."""
         self.correctors.set_mode(True)
-        losses = self.component_losses(self.forward(ics, refs["u"].shape[1]), refs)
+        losses = self.component_losses(self.forward(ics, refs["u"].shape[1]), self.targets(refs))
         total = self.total_loss(losses)
         if any(self.physics.failed):   # every gradient NaN, so every rank skips the step
             total = total * float("nan")
@@ -201,7 +206,8 @@ class NPOMTrainerDDP:
         self.correctors.set_mode(False)
         with torch.no_grad():
             preds = self.forward(ics, refs["u"].shape[1], corrected)
-            losses = sample_losses(preds, refs, self.data.grid, self.config.kb, self.device)
+            losses = sample_losses(preds, self.targets(refs), self.data.grid, self.config.kb,
+                                   self.device)
         sums = [losses[n].double().sum() for n in LOSS_FIELDS]
         return torch.stack(sums + [sums[0].new_tensor(float(len(ics["iint"])))])
 
