@@ -1020,7 +1020,8 @@ def test_the_baseline_is_the_physics_alone_against_the_reference(made_reference,
                                                                  capsys):
     """The trainer's baseline (before epoch 0) is the test split's loss of
     the implicit core alone, each sample run here as a direct run: a fresh
-    core restored from the snapshot, its step counter in its own steps of
+    core restored from the snapshot (its leapfrog b levels the physics'
+    own, one 240 s step back: pompy.dataset), its step counter in its own steps of
     240 s (the reference's snapshot is at iint of 120 s), stepped on
     without a break to the horizon, the masked MSEs and the seed's weights
     computed with numpy: equal to 1e-12. The data says its model, and the
@@ -1039,7 +1040,7 @@ def test_the_baseline_is_the_physics_alone_against_the_reference(made_reference,
     assert re.search(r"baseline \(the physics alone, implicit core at dti = 240 s, against pompy "
                      r"explicit core .* at dti = 120 s \(dte = 4 s x isplit = 30\), 8x7x5\): test "
                      rf"loss \S+ \({len(indices)} samples\)", out), out
-    ds = SnapshotDataset(made_reference[2], horizon=2)
+    ds = SnapshotDataset(made_reference[2], horizon=2, physics_levels=True)
     config, kb = tiny_config(), 5
     totals = []
     for i in indices:

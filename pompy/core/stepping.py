@@ -179,20 +179,8 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     im, jm, kb = s["u"].shape
     kbm1 = kb - 1
     dz, dt, smoth = s["dz"], s["dt"], p["smoth"]
-    # adjust u(z), v(z) so that their depth averages are the external ones
-    I, Im, J, Jm, K = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1), span(1, kbm1)
-    u = s["u"]
-    tps = depth_sum(u, dz, kbm1)[I, :, None]
-    u = (u[I, :, K] - tps) + safe_divide(s["utb"][I] + s["utf"][I], dt[I] + dt[Im],
-                                         layer="internal_step")[..., None]
-    s["u"] = put(s["u"], u, i=(2, im), k=(1, kbm1))
-    v = s["v"]
-    tps = depth_sum(v, dz, kbm1)
-    v = (v[:, J, K] - tps[:, J, None]) + safe_divide(s["vtb"][:, J] + s["vtf"][:, J],
-                                                     dt[:, J] + dt[:, Jm],
-                                                     layer="internal_step")[..., None]
-    s["v"] = put(s["v"], v, j=(2, jm), k=(1, kbm1))
-    s["tps"] = tps
+    s["u"], s["v"], s["tps"] = _to_transports(s["u"], s["v"], s["utb"] + s["utf"],
+                                              s["vtb"] + s["vtf"], dt, dz)
     apply(s, p, "vertvl(a,c)", "bcond(5)", routines=routines)
     s["uf"], s["vf"] = torch.zeros_like(s["uf"]), torch.zeros_like(s["vf"])
 
@@ -226,6 +214,24 @@ def internal_step(s: dict, p: dict, routines: dict = ROUTINES) -> dict:
     return s
 
 
+def _to_transports(u: Tensor, v: Tensor, ut2: Tensor, vt2: Tensor, dt: Tensor, dz: Tensor
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+    """u(z), v(z) adjusted so that their depth averages are the external
+    mode's (``ut2``: utb + utf, the transports of the step's two ends), as
+    the internal step adjusts them first; and v's depth sum (tps)."""
+    im, jm, kb = u.shape
+    kbm1 = kb - 1
+    I, Im, J, Jm, K = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1), span(1, kbm1)
+    tps = depth_sum(u, dz, kbm1)[I, :, None]
+    adjusted = (u[I, :, K] - tps) + safe_divide(ut2[I], dt[I] + dt[Im],
+                                                layer="internal_step")[..., None]
+    u = put(u, adjusted, i=(2, im), k=(1, kbm1))
+    tps = depth_sum(v, dz, kbm1)
+    adjusted = (v[:, J, K] - tps[:, J, None]) + safe_divide(vt2[:, J], dt[:, J] + dt[:, Jm],
+                                                            layer="internal_step")[..., None]
+    return u, put(v, adjusted, j=(2, jm), k=(1, kbm1)), tps
+
+
 def _asselin_momentum(f: Tensor, fb: Tensor, ff: Tensor, dz: Tensor, smoth: float
                       ) -> tuple[Tensor, Tensor]:
     """u's or v's Asselin filter of level n, the depth mean of the filter
@@ -247,16 +253,20 @@ def leapfrog_b_levels(before2: Mapping, before: Mapping, now: Mapping, dz: Tenso
                       mode: int) -> dict[str, Tensor]:
     """The previous levels a leapfrog of step d keeps at time T (ub, vb, tb,
     sb, q2b, q2lb), from a trajectory's states at T - 2d, T - d and T:
-    level T - d filtered as internal_step filters it, with the unfiltered
-    state at T - 2d for its own filtered previous level (a difference of
-    (smoth/2)**2 times the second difference). Mode 4 steps no t or s:
-    theirs stay ``now``'s."""
+    level T - d filtered as internal_step filters it (u and v first
+    adjusted to the transports utb of T - d and of T, as the step from T -
+    d adjusts them), with the unfiltered state at T - 2d for its own
+    filtered previous level (a difference of (smoth/2)**2 times the second
+    difference). Mode 4 steps no t or s: theirs stay ``now``'s."""
     out = {}
+    adjusted = dict(zip("uv", _to_transports(before["u"], before["v"],
+                                             before["utb"] + now["utb"],
+                                             before["vtb"] + now["vtb"], before["dt"], dz)))
     for f, fb in LEAPFROG:
         if mode == 4 and f in ("t", "s"):
             out[fb] = now[fb]
         elif f in ("u", "v"):
-            out[fb] = _asselin_momentum(before[f], before2[f], now[f], dz, smoth)[0]
+            out[fb] = _asselin_momentum(adjusted[f], before2[f], now[f], dz, smoth)[0]
         else:
             out[fb] = _asselin(before[f], before2[f], now[f], smoth)
     return out
