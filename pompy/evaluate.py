@@ -21,9 +21,11 @@ time (cycle 1..N): per field the RMSE over the wet points (levels 1..kb-1
 of 3-D fields), its ratio (corrected over uncorrected; below 1 the
 corrector helps), and the headline: the geometric mean of the ratios of
 the state a user looks at, u, v, t, s, el, ua and va at their current time
-level. The previous time levels (ub, vb, uab, vab) are shown apart: the
-reference's are one of its own shorter steps back, the physics' one dti,
-so part of their difference is one of definitions, not of the flow.
+level. The previous time levels (ub, vb, uab, vab) are shown apart: ub
+and vb are the physics' own where the data holds them (pompy.dataset),
+but uab and vab are the reference's, one of its own external steps back
+against the physics' dti, so part of their difference is one of
+definitions, not of the flow.
 ``ratio_to_baseline`` is, as the trainer logs it, the run's weighted loss
 (its loss weights on the per-field masked MSEs) corrected over
 uncorrected. It prints the checkpoint and its epoch first; it calls the
@@ -71,9 +73,10 @@ DESCRIPTION = __doc__.split("\n\n", 2)[1] + "\n\n" + __doc__.split("\n\n", 2)[2]
 FILES = ("evaluation.csv", "evaluation.png", "evaluation.json")
 # the state a user looks at, at its current time level: the headline
 HEADLINE_FIELDS = ("u", "v", "t", "s", "el", "ua", "va")
-# the previous time levels, shown apart: the reference's are one of its own
-# (shorter) steps back, the physics' one dti, so their difference is partly
-# one of definitions (docs/training.md)
+# the previous time levels, shown apart: ub and vb are the physics' own where
+# the data holds them (pompy.dataset), but uab and vab are the reference's,
+# one of its own external steps back against the physics' dti, so their
+# difference is partly one of definitions (docs/training.md)
 B_LEVELS = tuple(n for n in LOSS_FIELDS if n not in HEADLINE_FIELDS)
 
 
@@ -345,8 +348,9 @@ def _say(result: dict, folder: Path, log) -> None:
     print(f"pompy evaluate: {result['members_are']}: headline ratio (geometric mean of corrected "
           f"over uncorrected RMSE of {', '.join(HEADLINE_FIELDS)}) by cycle: "
           f"{', '.join(f'{r:.3g}' for r in top)}", file=log)
-    print(f"pompy evaluate: b levels apart ({', '.join(B_LEVELS)}: the reference's are one of "
-          "its own shorter steps back, the physics' one dti): "
+    print(f"pompy evaluate: b levels apart ({', '.join(B_LEVELS)}; ub, vb the physics' own "
+          "where the data holds them, uab, vab the reference's, one of its own external steps "
+          "back against the physics' dti): "
           + "; ".join(f"{n} {min(result['field_ratio'][n]):.3g}..{max(result['field_ratio'][n]):.3g}"
                       for n in B_LEVELS), file=log)
     for line in verdicts(result):

@@ -210,3 +210,27 @@ def test_the_physics_b_levels_are_the_internal_steps_own(core_name):
         step = (now[f] - now[fb])[..., :-1].abs().max()
         assert step > 0, f
         assert (got[fb] - now[fb])[..., :-1].abs().max() <= 2e-2 * step, fb
+
+
+def test_corrected_fields_alone_change():
+    """--corrected u,t: the correction moves u and t (and, on both levels,
+    ub and tb) and nothing else; a name not packed is one line."""
+    from pompy.errors import InputError
+    from pompy.settings.train import parse_corrected
+
+    core = ExplicitCore(tiny_config())
+    core.run_initialization()
+    layout = channel_layout(core.config.kb)
+    ones = torch.ones(len(layout), dtype=torch.float64)
+    normalizer = Normalizer(0 * ones, ones, torch.ones(len(layout), core.config.jm,
+                                                       core.config.im, dtype=torch.float64))
+    correction = torch.ones(len(layout), core.config.jm, core.config.im, dtype=torch.float64)
+    for form, moved in (("state", {"u", "t"}), ("both_levels", {"u", "ub", "t", "tb"})):
+        before = {n: v.clone() for n, v in core.state.items()}
+        apply_correction_to_pom(core, correction, normalizer, scale_factor=0.01, form=form,
+                                fields=parse_corrected("u,t"))
+        changed = {n for n in before if not torch.equal(before[n], core.state[n])}
+        assert changed == moved, (form, changed)
+    assert parse_corrected("") == ("u", "v", "t", "s", "el", "ua", "va", "uab", "vab")
+    with pytest.raises(InputError, match=r"^--corrected u,w: NAME,\.\.\. of u, v"):
+        parse_corrected("u,w")

@@ -93,6 +93,17 @@ class Data:
 
 
 CORRECTION_FORMS = ("state", "both_levels", "tendency")
+# the fields the networks see and may correct (pompy.variables' "packed")
+PACKED_FIELDS = ("u", "v", "t", "s", "el", "ua", "va", "uab", "vab")
+
+
+def parse_corrected(text: str) -> tuple[str, ...]:
+    """``u,v,t``: packed field names, each once (empty: all of them)."""
+    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
+    unknown = [n for n in names if n not in PACKED_FIELDS]
+    if unknown or len(set(names)) != len(names):
+        raise InputError(f"--corrected {text}: NAME,... of {', '.join(PACKED_FIELDS)}, each once")
+    return names or PACKED_FIELDS
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,9 @@ class Model:
     zero_head: bool = setting(False, "the CorrectorNets' last layer starts at zero: the hybrid "
                               "starts as the physics alone (default: torch's initialisation, "
                               "whose first corrections are noise)")
+    corrected: str = setting("", "the fields a correction changes, NAME,... of the packed "
+                             f"fields ({', '.join(PACKED_FIELDS)}; default all): the networks "
+                             "still see every channel", check=lambda v: parse_corrected(v) and None)
     correction_form: str = setting("state", "how a correction enters the state: state (the "
                                    "packed fields' current levels, uab and vab their own "
                                    "channels) or both_levels (each field's increment added to "
@@ -129,6 +143,10 @@ class Model:
     @property
     def learn_names(self) -> tuple[str, ...]:
         return parse_learn(self.learn)
+
+    @property
+    def corrected_fields(self) -> tuple[str, ...]:
+        return parse_corrected(self.corrected)
 
 
 @dataclass(frozen=True)

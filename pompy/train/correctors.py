@@ -118,7 +118,8 @@ class Correctors:
         for i, pom in enumerate(poms):
             apply_correction_to_pom(pom, corrections[i], self.normalizer,
                                     scale_factor=self.model.correction_scale * share,
-                                    form=self.model.correction_form)
+                                    form=self.model.correction_form,
+                                    fields=self.model.corrected_fields)
 
     # -------------------------------------------------------------- on disk
     def state_dict(self) -> dict:

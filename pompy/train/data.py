@@ -255,15 +255,18 @@ def state_increments(correction: torch.Tensor, normalizer: Normalizer, kb: int,
 
 
 def apply_correction_to_pom(pom, correction: torch.Tensor, normalizer: Normalizer,
-                            scale_factor: float = 1e-3, form: str = "state") -> None:
+                            scale_factor: float = 1e-3, form: str = "state",
+                            fields: Sequence[str] = PACKED) -> None:
     """The correction into the core's state: ``form`` "state", each packed
     field += its increment (:func:`state_increments`); "both_levels" (and
     "tendency", whose share of a cycle's increment each step adds), each
     field of PREVIOUS and its previous level += the field's increment (the
-    leapfrog pair shifted together; the uab and vab channels unused)."""
+    leapfrog pair shifted together; the uab and vab channels unused). Only
+    ``fields`` (and their previous levels) change."""
     increments = state_increments(correction, normalizer, pom.config.kb, scale_factor)
+    increments = {name: d for name, d in increments.items() if name in fields}
     if form in ("both_levels", "tendency"):
-        increments = {level: increments[name] for name, before in PREVIOUS.items()
-                      for level in (name, before)}
+        increments = {level: d for name, d in increments.items() if name in PREVIOUS
+                      for level in (name, PREVIOUS[name])}
     pom.inject({name: pom.state[name] + d.to(pom.state[name].dtype)
                 for name, d in increments.items()})
