@@ -4,9 +4,11 @@ configs/train_tiny.nml, ``pompy generate``, ``torchrun
 --nproc_per_node=2 -m pompy train``), taken from README.md itself, for
 each core; the trainer runs on the certificate verify wrote and the
 dataset generate wrote (the config's &generate group: the explicit core
-as the reference). Only the epochs are cut to one (``--epochs 1``) and
-torchrun is given a free port on 127.0.0.1. Then ``pompy evaluate`` of
-the run, as the config's comment gives it.
+as the reference, params members). Only the sizes are cut: 4 members of 8
+cycles (``--members 4 --days``), one epoch of a horizon of 2 cycles
+(``--epochs 1 --horizon 2``), and torchrun is given a free port on
+127.0.0.1. Then ``pompy evaluate`` of the run, as the config's comment
+gives it (4 x the horizon, 8 cycles).
 """
 from __future__ import annotations
 
@@ -42,6 +44,11 @@ def readme_training_commands() -> list[str]:
     return commands
 
 
+# the cuts of the README commands' sizes: 4 members of 8 cycles, one epoch of 2
+SHORTER = {"generate": ["--members", "4", "--days", repr(8 * 480 / 86400)],
+           "train": ["--epochs", "1", "--horizon", "2"]}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -50,15 +57,15 @@ def free_port() -> int:
 
 def as_run(command: str, core: str) -> list[str]:
     """``command`` with this interpreter for ``pompy`` and ``torchrun``, the
-    core named, one epoch, and a free port for torchrun."""
+    core named, the sizes cut (SHORTER), and a free port for torchrun."""
     words = shlex.split(command.replace("--core implicit", f"--core {core}"))
     if words[0] == "torchrun":
         words = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
-                 f"--master_port={free_port()}", *words[1:], "--epochs", "1"]
+                 f"--master_port={free_port()}", *words[1:], *SHORTER["train"]]
         if "--core" not in words:
             words += ["--core", core]
     else:
-        words = [sys.executable, "-m", *words]
+        words = [sys.executable, "-m", *words, *SHORTER.get(words[1], [])]
     return words
 
 
