@@ -234,3 +234,21 @@ def test_corrected_fields_alone_change():
     assert parse_corrected("") == ("u", "v", "t", "s", "el", "ua", "va", "uab", "vab")
     with pytest.raises(InputError, match=r"^--corrected u,w: NAME,\.\.\. of u, v"):
         parse_corrected("u,w")
+
+
+def test_pushforward_cycles_are_run_and_left_out(made):
+    """run_hybrid with pushforward K: the cycles after the first K of the
+    same rollout, to the bit (the physics alone, from a params member)."""
+    from pompy.train.physics import run_hybrid
+
+    config, data = made
+    ds = SnapshotDataset(data, horizon=3)
+    settings = read(TrainSettings, {"config": config, "data": data, "output": "unused"})
+    runner = PhysicsRunner(settings.physics, load_config(config), torch.device("cpu"),
+                           torch.float64, EVERY_STEPS, pool_size=1)
+    ics, _ = collate_samples(ds, [ds[len(ds) - 1]])
+    whole = run_hybrid(runner, None, None, runner.borrow(1), ics, 3)
+    later = run_hybrid(runner, None, None, runner.borrow(1), ics, 3, pushforward=2)
+    for name, value in later.items():
+        assert value.shape[1] == 1 and torch.equal(value[:, 0], whole[name][:, 2]), name
+    ds.close()
