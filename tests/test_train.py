@@ -989,9 +989,10 @@ def test_the_shipped_training_configs():
         assert args.physics.reuse_core_pool
         if name == "train_360x240.nml":              # the design's
             assert m.correction_scale == 1e-3 and m.encoder and m.decoder and m.norm == "batch"
-        else:                                         # measured (validation/corrector_gain.py)
-            assert (m.correction_scale, m.norm, args.optimizer.epochs) == (1e-3, "group", 30)
-            assert m.decoder and not m.encoder
+        else:                # measured (validation/corrector_generalisation.py)
+            assert (m.correction_scale, m.norm, args.optimizer.epochs) == (1e-3, "group", 6)
+            assert m.decoder and not m.encoder and m.zero_head and args.data.horizon == 8
+            assert args.optimizer.weights["uab"] == args.optimizer.weights["ub"] == 0
 
 
 # ------------------------------------------------------------------ a reference, the baseline
