@@ -8,8 +8,10 @@ group, then the --generate flags), ``pompy verify`` of the implicit core,
 ``torchrun --nproc_per_node 2 -m pompy.train`` (gloo, the config's &train
 group, then the --train flags) and ``pompy evaluate``, and prints the
 wall time of each step, the baseline, the last epoch's test/baseline
-ratio and ``ratio_to_baseline`` by lead time (evaluation.json), the
-table the documentation quotes. OMP_NUM_THREADS=1 per process.
+ratio and ``ratio_to_baseline`` by lead time (evaluation.json): the
+earlier tables of validation/corrector_experiments.md. The documentation
+now quotes validation/corrector_generalisation.py (held-out flows, the
+headline measure, three seeds). OMP_NUM_THREADS=1 per process.
 """
 from __future__ import annotations
 
