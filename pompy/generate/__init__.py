@@ -36,8 +36,9 @@ from the set-up before the first snapshot, unrecorded, so that the data
 starts from a developed flow rather than the set-up's state of rest.
 
 Members. Member 0 is the unperturbed run; member m > 0 is perturbed from
-the seed pair (S, m), its initial temperature (``--perturb ic``) or its
-wind stress (``--perturb wind``), as pompy.generate.perturbations
+the seed pair (S, m), its initial temperature (``--perturb ic``), its
+wind stress (``--perturb wind``) or the seamount's case parameters and
+its spin-up (``--perturb params``), as pompy.generate.perturbations
 describes. Every member's seed and wind factor are stored: the snapshots
 of member m continue bit for bit in a core whose config has wind_factor
 = wind_factor[m] (or whose params["wind_factor"] is set to it), not in

@@ -42,7 +42,16 @@ from member 0's initial state with the wind stress scaled by its own
 factor wind_factor * (1 + A z), z one Gaussian draw, A relative (default
 0.1); not for the box (no wind). Each member's factor is stored
 (wind_factor): a core restarts its snapshots bit for bit with that
-wind_factor.
+wind_factor. --perturb params (the seamount) draws each case parameter
+named in --ranges (inflow, strat_amplitude, seamount_height, wind_factor)
+uniformly in its range, then a spin-up offset of whole snapshot intervals
+within --spinup_spread days; each member is the set-up of the config with
+its values, run the common spin-up plus its offset, and its values and
+offset are stored (pompy run --set NAME=VALUE for each reproduces it).
+
+Where the config's dti is a whole number (>= 2) of the reference's, each
+snapshot also holds the physics' own leapfrog b levels (ub_dti, ...; see
+pompy.dataset), which the trainer and pompy evaluate use.
 
 torchrun --nproc_per_node=K -m pompy.generate (same arguments): member m
 runs on rank m % K, each rank writes its own file, no process group; the
