@@ -201,3 +201,5 @@ def test_pompy_report_shows_a_training_run(trained, capsys):
     page = (run / "training_report.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and evaluation["certificate"] in page
     assert "ratio_to_baseline" in page and "target_model" in page
+    assert "headline_ratio" in page and "held-out member(s) [2]" in page
+    assert f"worst headline ratio {max(evaluation['headline_ratio']):.4g}" in page

@@ -153,14 +153,19 @@ def render(report: dict, losses_png: bytes, evaluation_png: Path) -> str:
     else:
         if evaluation_png.is_file():
             parts.append(html_img(evaluation_png.read_bytes(), "evaluation"))
-        parts.append(f"<p>held-out members {ev['members']}, {ev['cycles']} correction cycles, "
-                     f"checkpoint {escape(ev['checkpoint'])}; worst ratio_to_baseline "
-                     f"{max(ev['ratio_to_baseline']):.4g}</p>")
-        parts.append(html_table(["lead_seconds", "ratio_to_baseline", "corrected_loss",
-                             "uncorrected_loss"],
-                            [[lead, ev["ratio_to_baseline"][i], ev["corrected_loss"][i],
-                              ev["uncorrected_loss"][i]]
-                             for i, lead in enumerate(ev["lead_seconds"])]))
+        # an evaluation.json from before the headline measure has none
+        headline = ev.get("headline_ratio") or [math.nan] * len(ev["lead_seconds"])
+        who = ev.get("members_are") or f"members {ev['members']}"
+        parts.append(f"<p>{escape(who)}, "
+                     f"{ev['cycles']} correction cycles, checkpoint "
+                     f"{escape(ev['checkpoint'])}; worst headline ratio {max(headline):.4g} "
+                     f"(geometric mean of corrected over uncorrected RMSE of u, v, t, s, el, "
+                     f"ua, va); worst ratio_to_baseline {max(ev['ratio_to_baseline']):.4g}</p>")
+        parts.append(html_table(["lead_seconds", "headline_ratio", "ratio_to_baseline",
+                                 "corrected_loss", "uncorrected_loss"],
+                                [[lead, headline[i], ev["ratio_to_baseline"][i],
+                                  ev["corrected_loss"][i], ev["uncorrected_loss"][i]]
+                                 for i, lead in enumerate(ev["lead_seconds"])]))
     cert = report["certificate"]
     parts += ["<h2>certificate</h2>",
               html_table(["id", "key"], [[cert.get("id", "-"),
