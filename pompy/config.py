@@ -358,6 +358,14 @@ SETUP_PARAMS = ("inflow", "strat_amplitude", "seamount_height")
 CASE_PARAMS = MEMBER_PARAMS + SETUP_PARAMS
 
 
+def case_of(config: Config | None = None, names: tuple[str, ...] = CASE_PARAMS
+            ) -> dict[str, float]:
+    """The case parameters ``names`` of ``config`` (None: the built-in
+    defaults, pom2k's constants), as floats."""
+    return {name: float(getattr(config, name) if config is not None
+                        else Config.__dataclass_fields__[name].default) for name in names}
+
+
 # The parameters that say how long a run goes, what it writes and when it
 # gives up: a continued run may change them. Every other pom2k parameter
 # shapes the state (grid, steps, physics, forcing) and must be the one the

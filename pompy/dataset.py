@@ -76,8 +76,8 @@ files by rank), their members in file order, then the start n::
     sample["member"], sample["time"], sample["iint"]     # of snapshot n
     sample["wind_factor"], sample["inflow"], ...          # the member's case parameters
     sample["target_time"], sample["target_iint"]         # (T,) of the targets
-    SnapshotDataset("data/", horizon=2, physics_levels=True)  # ub, vb, tb, sb, q2b, q2lb:
-                                                  # the physics' own (X_dti), where held
+    SnapshotDataset("data/", horizon=2, physics_levels=True)
+                                      # ub, vb, tb, sb, q2b, q2lb: the physics' own, where held
     core.restore(ds.restore_record(sample))               # a core at snapshot n ...
     core.params = dict(core.params, **member_params(sample))   # ... under its forcing: bit for bit
 
@@ -98,7 +98,7 @@ import torch
 from torch.utils.data import Dataset
 
 from pompy import variables
-from pompy.config import CASE_PARAMS, Config
+from pompy.config import CASE_PARAMS, case_of
 from pompy.io import open_netcdf
 
 FORMAT = "pompy generate dataset 1"
@@ -110,6 +110,11 @@ FILE_PATTERNS = (FILE_NAME, "dataset_rank*.nc")
 def grid_fields() -> list[str]:
     """The variables stored once per file: the set-up's grid."""
     return variables.names("grid")
+
+
+def b_level_name(name: str) -> str:
+    """The variable of a b level at the physics' step (ub -> ub_dti)."""
+    return f"{name}_dti"
 
 
 def state_fields() -> list[str]:
@@ -164,9 +169,9 @@ class _FileInfo:
             self.members = [int(m) for m in ds["member"][:]]
             self.seeds = [int(s) for s in ds["perturbation_seed"][:]]
             # files written before a case parameter existed ran with its default
-            self.cases = [{name: (float(ds[name][i]) if name in ds.variables else
-                                  float(Config.__dataclass_fields__[name].default))
-                           for name in CASE_PARAMS} for i in range(len(self.members))]
+            self.cases = [{name: (float(ds[name][i]) if name in ds.variables else default)
+                           for name, default in case_of().items()}
+                          for i in range(len(self.members))]
             self.offsets = ([int(n) for n in ds["spinup_offset"][:]]
                             if "spinup_offset" in ds.variables else [0] * len(self.members))
             self.time = np.asarray(ds["time"][:], dtype=np.float64)
@@ -178,7 +183,7 @@ class _FileInfo:
             self.namelist, self.source_hash = ds.namelist, ds.source_hash
             self.state = ds.state_variables.split()
             # the physics' own leapfrog b levels (pompy.generate: physics_step_ratio)
-            self.levels = [n for n in self.state if f"{n}_dti" in ds.variables]
+            self.levels = [n for n in self.state if b_level_name(n) in ds.variables]
             self.grid = ds.grid_variables.split()
 
     def same_run(self, other: _FileInfo) -> str | None:
@@ -269,7 +274,7 @@ class SnapshotDataset(Dataset):
         own = set(info.levels) if self.physics_levels else set()
 
         def stored(name: str) -> str:          # the physics' b level where asked and held
-            return f"{name}_dti" if name in own else name
+            return b_level_name(name) if name in own else name
 
         return {
             "state": {name: torch.from_numpy(_pom2k(ds[stored(name)][local, n], 0))

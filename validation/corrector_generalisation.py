@@ -15,7 +15,8 @@ the variant's flags, ``--seed``) evaluated with ``pompy evaluate`` over
 --cycles cycles on the held-out members and on every member of
 ``beyond``. Prints one row per run: the headline ratio (geometric mean of
 corrected over uncorrected RMSE of u, v, t, s, el, ua, va) at cycles 1, 2,
-4, 8, 16, 32, its worst to 4 x the horizon and to --cycles, the worst field
+4, 8, 16, 32, its worst to 4 x the horizon and to --cycles, the worst
+field
 to 4 x the horizon, and the worst headline beyond the ranges to 4 x the
 horizon: the table of validation/corrector_experiments.md. Existing data
 and runs in --work are reused (delete them to start over).

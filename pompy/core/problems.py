@@ -102,11 +102,11 @@ def _initial_ts(t0: Tensor, s0: float, tbias, sbias, s: dict) -> dict:
     return s
 
 
-def seamount(kl1, kl2, hmax, slmax, inflow, strat_amplitude, seamount_height, grav, rhoref, tbias, sbias, aam, e_atmos, z, zz, dz, dzz,
-             dx, dy, cor, east_c, north_c, east_e, north_e, east_u, north_u, east_v, north_v,
-             rot, h, art, aru, arv, fsm, dum, dvm, tb, sb, tclim, sclim, ub, uab, elb, etb, dt,
-             aam2d, rho, rmean, uabe, uabw, ele, elw, tbe, tbw, sbe, sbw, tbn, tbs, sbn,
-             sbs) -> SeamountOut:
+def seamount(kl1, kl2, hmax, slmax, inflow, strat_amplitude, seamount_height, grav, rhoref,
+             tbias, sbias, aam, e_atmos, z, zz, dz, dzz, dx, dy, cor, east_c, north_c, east_e,
+             north_e, east_u, north_u, east_v, north_v, rot, h, art, aru, arv, fsm, dum, dvm,
+             tb, sb, tclim, sclim, ub, uab, elb, etb, dt, aam2d, rho, rmean, uabe, uabw, ele,
+             elw, tbe, tbw, sbe, sbw, tbn, tbs, sbn, sbs) -> SeamountOut:
     """pom2k seamount: a Gaussian seamount (depth hmax*(1 - .9 exp(-r2/ra2)),
     ra = 25 km) in an east-west channel closed at j=1 and jm, spacing
     8 km shrinking to 4 km mid-basin, a uniform 0.2 m/s inflow, T = 5 +
@@ -129,7 +129,8 @@ def seamount(kl1, kl2, hmax, slmax, inflow, strat_amplitude, seamount_height, gr
     s.update(areas_masks(s["dx"], s["dy"], hh, art, aru, arv, fsm, dum, dvm)._asdict())
     if slmax < 1.0:
         s["h"] = slpmax(slmax, s["fsm"], s["h"]).h
-    s = _initial_ts(5.0 + strat_amplitude * compat.seamount_texp(s["zz"], s["h"]), 35.0, tbias, sbias, s)
+    s = _initial_ts(5.0 + strat_amplitude * compat.seamount_texp(s["zz"], s["h"]), 35.0, tbias,
+                    sbias, s)
     dum3 = expand3(s["dum"]).expand(im, jm, kb)
     s["ub"] = inside(vel * dum3, ub, k=(1, kb - 1))
     s["uab"] = vel * s["dum"]

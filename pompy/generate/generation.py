@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pompy import cores
-from pompy.config import SETUP_PARAMS, Config
+from pompy.config import SETUP_PARAMS, Config, case_of
 from pompy.core.model import Core
 from pompy.dataset import dataset_file
 from pompy.distributed import Distributed
@@ -123,9 +123,10 @@ def generate(config: Config, settings: GenerateSettings, *,
     cases = member_cases(reference, ens.perturb, seeds, ens.amplitude, parse_ranges(ens.ranges),
                          int(settings.schedule.spinup_spread * 86400 / reference.dti + 1e-9),
                          p.steps)
-    starts = [start if all(case[n] == getattr(reference, n) for n in SETUP_PARAMS) else
-              member_start(ref.core, reference, {n: case[n] for n in SETUP_PARAMS}, p.device,
-                           ref.dtype) for case, _ in cases]
+    own = case_of(reference, SETUP_PARAMS)
+    starts = [start if {n: case[n] for n in own} == own else
+              member_start(ref.core, reference, {n: case[n] for n in own}, p.device, ref.dtype)
+              for case, _ in cases]
     if settings.files.resume:
         writer = DatasetWriter.reopen(p.path)
         print(f"{prefix}: resuming {writer.partial} ({writer.kept(p.members)})", file=log,

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from pompy.calls import apply
-from pompy.config import CASE_PARAMS, Config
+from pompy.config import Config, case_of
 from pompy.core.model import Core
 
 PERTURBATION_TEXT = {   # the dataset's "perturbation" attribute, by kind
@@ -55,9 +55,10 @@ PERTURBATION_TEXT = {   # the dataset's "perturbation" attribute, by kind
              "the seamount's wind stress; restart its snapshots with that wind_factor"),
     "params": ("member 0 unperturbed; member m > 0: with rng = numpy.random.default_rng("
                "perturbation_seed[m]), each case parameter of the ranges attribute, in its "
-               "order, = rng.uniform(low, high), then spinup_offset[m] = every * rng.integers(0, "
-               "spread // every + 1) internal steps (every: the steps between snapshots); the member is the set-up of the config with its values "
-               "(stored per member), run the common spin-up plus its offset"),
+               "order, = rng.uniform(low, high), then spinup_offset[m] = every * "
+               "rng.integers(0, spread // every + 1) internal steps (every: the steps between "
+               "snapshots); the member is the set-up of the config with its values (stored "
+               "per member), run the common spin-up plus its offset"),
 }
 
 
@@ -67,7 +68,7 @@ def case_parameters(config: Config, ranges: Mapping[str, tuple[float, float]], s
     steps): the config's and 0 for member 0 (seed -1), else uniform draws
     of ``ranges`` then an offset of whole snapshot intervals (``every``
     steps) within ``spread`` steps (the module says how)."""
-    values = {name: float(getattr(config, name)) for name in CASE_PARAMS}
+    values = case_of(config)
     if seed < 0:
         return values, 0
     rng = np.random.default_rng(seed)
@@ -108,8 +109,8 @@ def member_cases(config: Config, perturb: str, seeds: list[int], amplitude: floa
     member's factor (:func:`wind_factor`), and no offset."""
     if perturb == "params":
         return [case_parameters(config, ranges, seed, spread, every) for seed in seeds]
-    return [({**{name: float(getattr(config, name)) for name in CASE_PARAMS},
-              "wind_factor": wind_factor(config, perturb, seed, amplitude)}, 0) for seed in seeds]
+    return [(case_of(config) | {"wind_factor": wind_factor(config, perturb, seed, amplitude)}, 0)
+            for seed in seeds]
 
 
 def perturb_ic(core: Core, seed: int, amplitude: float) -> None:

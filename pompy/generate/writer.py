@@ -23,7 +23,7 @@ import torch
 from pompy import __version__, variables
 from pompy.config import CASE_PARAMS, Config
 from pompy.core.stepping import LEAPFROG
-from pompy.dataset import FORMAT, grid_fields, state_fields
+from pompy.dataset import FORMAT, b_level_name, grid_fields, state_fields
 from pompy.driver import COMPILED
 from pompy.errors import InputError
 from pompy.generate.perturbations import PERTURBATION_TEXT
@@ -49,11 +49,6 @@ def physics_ratio(config: Config, physics: Config, steps: int, spinup_steps: int
     ratio = round(physics.dti / config.dti)
     whole = ratio >= 2 and math.isclose(ratio * config.dti, physics.dti, rel_tol=1e-12)
     return ratio if whole and steps % ratio == 0 and spinup_steps % ratio == 0 else 0
-
-
-def b_level_name(name: str) -> str:
-    """The dataset variable of a b level at the physics' step."""
-    return f"{name}_dti"
 
 
 def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, rank: int,
@@ -94,7 +89,8 @@ def estimate_dataset_bytes(config: Config, members: int, records: int,
     coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
     grid = 8 * (coordinates + _count(config, grid_fields()))
     state = 8 * _count(config, state_fields() + ([b for _, b in LEAPFROG] if b_levels else []))
-    return (grid + members * records * state + records * (8 + 4) + members * (4 + 8 + 8 * len(CASE_PARAMS) + 4 + 4)
+    per_member = 4 + 8 + 8 * len(CASE_PARAMS) + 4 + 4    # member, seed, case, count, offset
+    return (grid + members * records * state + records * (8 + 4) + members * per_member
             + HEADER_BYTES)
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pompy import cores, variables
-from pompy.config import SETUP_PARAMS, Config, parameters
+from pompy.config import SETUP_PARAMS, Config, case_of, parameters
 from pompy.core.model import first_non_finite
 from pompy.core import setup
 from pompy.errors import CFLViolation, ConfigError, NonFiniteState, NotConverged
@@ -50,8 +50,8 @@ def check_supported(config: Config) -> None:
         raise ConfigError(f"wind_factor={config.wind_factor!r}: the Fortran oracle has no wind "
                           "factor (pom2k's wind stress only); run a torch core, or set "
                           "wind_factor = 1.0")
-    for name in SETUP_PARAMS:
-        value, pom2k = getattr(config, name), Config.__dataclass_fields__[name].default
+    for name, pom2k in case_of(names=SETUP_PARAMS).items():
+        value = getattr(config, name)
         if value != pom2k:
             raise ConfigError(f"{name}={value!r}: the Fortran oracle has pom2k's seamount "
                               f"constant ({pom2k!r}); run a torch core, or set {name} = {pom2k!r}")

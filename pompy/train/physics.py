@@ -14,13 +14,14 @@ from collections.abc import Mapping
 import torch
 
 from pompy import cores
-from pompy.config import SETUP_PARAMS, Config
+from pompy.config import SETUP_PARAMS, Config, case_of
 from pompy.errors import ModelStop
 from pompy.settings.train import Physics
 from pompy.train.correctors import Correctors
 from pompy.train.data import Normalizer, pack_pom_batch
 from pompy.train.losses import LOSS_FIELDS
-from pompy.train.pool import CorePool, build_initialized_core, inject_core_state, run_as_ensemble
+from pompy.train.pool import (CorePool, build_initialized_core, inject_core_state,
+                              release_graphs, run_as_ensemble)
 
 
 class PhysicsRunner:
@@ -65,7 +66,7 @@ class PhysicsRunner:
         """Each sample's initial state into its core (set up first with
         its member's case parameters where they shape the set-up: its
         grid), and the learned parameters' values into every core."""
-        own = tuple(float(getattr(self.config, n)) for n in SETUP_PARAMS)
+        own = tuple(case_of(self.config, SETUP_PARAMS).values())
         for index, pom in enumerate(poms):     # borrowed: each at the config's set-up
             case = tuple(float(ics["params"][n][index]) for n in SETUP_PARAMS)
             if case != own:
@@ -113,8 +114,7 @@ def run_hybrid(runner: PhysicsRunner, correctors: Correctors | None, normalizer:
         with torch.no_grad():
             for _ in range(pushforward):
                 _cycle(runner, correctors, nets, normalizer, poms)
-        for pom in poms:                   # the samples start here, without history
-            pom.state = {name: value.detach() for name, value in pom.state.items()}
+        release_graphs(poms)               # the samples start here, without history
     seq = {key: [] for key in LOSS_FIELDS}
     for _ in range(cycles - pushforward):
         _cycle(runner, correctors, nets, normalizer, poms)
