@@ -374,26 +374,40 @@ RUN_CONTROL = ("title", "days", "prtd1", "prtd2", "swtch", "nread", "vmaxl", "cg
                "output_every", "restart_every")
 
 
-def state_differences(config: Config, namelist: str) -> list[str]:
-    """'name: A (restart) -> B' for each state parameter (not RUN_CONTROL)
-    where ``config`` differs from the namelist text a restart stores; a
-    parameter the text lacks (a file from before it existed) counts as its
-    default."""
+def _written(namelist: str) -> dict[str, Any]:
+    """The pom2k parameters a namelist text sets, as written."""
     written: dict[str, Any] = {}
     for group, bodies in _reads(namelist).items():
         if group != POLICY_GROUP:
             for body in _bodies(bodies):
                 written.update(body)
+    return written
+
+
+def namelist_case(namelist: str) -> dict[str, float]:
+    """The case parameters (CASE_PARAMS) a namelist text stores; one it
+    lacks (a file from before it existed) is its default."""
+    written = _written(namelist)
+    return {name: float(written.get(name, default)) for name, default in case_of().items()}
+
+
+def state_differences(config: Config, namelist: str, made_by: str = "restart",
+                      skip: tuple[str, ...] = ()) -> list[str]:
+    """'name: A (restart) -> B' for each state parameter (not RUN_CONTROL,
+    nor ``skip``) where ``config`` differs from the namelist text a file
+    stores (``made_by``: what it is, in the words); a parameter the text
+    lacks (a file from before it existed) counts as its default."""
+    written = _written(namelist)
     changed = []
     for f in pom2k_fields():
-        if f.name in RUN_CONTROL:
+        if f.name in RUN_CONTROL or f.name in skip:
             continue
         before = _coerce(f, written[f.name]) if f.name in written else f.default
         if f.name == "kl2" and before is None:
             before = int(written.get("kb", config.kb)) - 2
         now = getattr(config, f.name)
         if before != now:
-            changed.append(f"{f.name}: {namelist_literal(before)} (restart) -> "
+            changed.append(f"{f.name}: {namelist_literal(before)} ({made_by}) -> "
                            f"{namelist_literal(now)}")
     return changed
 

@@ -61,7 +61,13 @@ in words: core, dti, dte, isplit, grid), ``config_dti`` and ``config_dte``
 (the steps of the config it was generated for: a reference at a shorter
 dti than the physics that trains on it, pompy.generate.reference_config), ``members`` (in the whole ensemble), ``seed``,
 ``perturb``, ``amplitude``, ``perturbation`` (in words), ``rank``,
-``world_size``, ``state_variables`` and ``grid_variables``.
+``world_size``, ``state_variables``, ``grid_variables`` and ``grid_hash``
+(pompy.provenance.grid_hash of the grid as written: h, dx, dy, fsm).
+
+A trainer reads it as it reads a restart: the config that trains on it
+must be the one it was made for (pompy.train.data: its state parameters,
+the physics' steps, the grid), and every value it reads is finite
+(:class:`NonFiniteData`, naming member, snapshot and field, otherwise).
 
 A sample of ``SnapshotDataset(paths, horizon=T)`` starts at snapshot n of
 one member and holds the next T snapshots of that member: samples never
@@ -99,6 +105,7 @@ from torch.utils.data import Dataset
 
 from pompy import variables
 from pompy.config import CASE_PARAMS, case_of
+from pompy.errors import InputError
 from pompy.io import open_netcdf
 
 FORMAT = "pompy generate dataset 1"
@@ -181,6 +188,10 @@ class _FileInfo:
             self.target_model = str(getattr(ds, "target_model", f"pompy {self.core} core at "
                                                                  f"dti = {self.dti:g} s"))
             self.namelist, self.source_hash = ds.namelist, ds.source_hash
+            # the physics' steps it was made for (absent before they were recorded)
+            self.made_for = {name: float(getattr(ds, name)) if name in ds.ncattrs() else None
+                             for name in ("config_dti", "config_dte")}
+            self.grid_hash = str(getattr(ds, "grid_hash", "")) or None
             self.state = ds.state_variables.split()
             # the physics' own leapfrog b levels (pompy.generate: physics_step_ratio)
             self.levels = [n for n in self.state if b_level_name(n) in ds.variables]
@@ -276,16 +287,59 @@ class SnapshotDataset(Dataset):
         def stored(name: str) -> str:          # the physics' b level where asked and held
             return b_level_name(name) if name in own else name
 
+        def read(name: str, at, lead: int) -> torch.Tensor:
+            values = ds[stored(name)][local, at]
+            _check_finite(values, info, local, name, n if lead == 0 else n + 1)
+            return torch.from_numpy(_pom2k(values, lead))
+
         return {
-            "state": {name: torch.from_numpy(_pom2k(ds[stored(name)][local, n], 0))
-                      for name in self.state_fields},
-            "target": {name: torch.from_numpy(_pom2k(ds[stored(name)][local, span], 1))
-                       for name in self.fields},
+            "state": {name: read(name, n, 0) for name in self.state_fields},
+            "target": {name: read(name, span, 1) for name in self.fields},
             "member": info.members[local], "file": f, **info.cases[local],
             "time": float(info.time[n]) + days, "iint": int(info.iint[n]) + offset,
             "target_time": torch.from_numpy(info.time[span] + days),
             "target_iint": torch.from_numpy(info.iint[span] + offset),
         }
+
+    def check_finite(self, members: Sequence[int] | None = None) -> None:
+        """Every snapshot of ``members`` (default: all) read once and checked
+        finite (the grid too): NonFiniteData naming the first bad member,
+        snapshot and field."""
+        wanted = set(self.members if members is None else members)
+        for f, info in enumerate(self._files):
+            ds = self._open(f)
+            for name in info.grid:
+                _check_finite(ds[name][...], info, None, name, None)
+            for local, member in enumerate(info.members):
+                if member not in wanted:
+                    continue
+                for n in range(len(info.iint)):
+                    for name in self.state_fields:
+                        for stored in (name, b_level_name(name)) if name in info.levels else (name,):
+                            _check_finite(ds[stored][local, n], info, local, stored, n)
+
+    @property
+    def grid_hash(self) -> str:
+        """pompy.provenance.grid_hash of the files' grid (the config's own
+        set-up); a file whose recorded hash differs from its grid is damaged."""
+        from pompy.provenance import grid_hash
+
+        info = self._files[0]
+        ds = self._open(0)
+        found = grid_hash({name: _pom2k(ds[name][...], 0) for name in ("h", "dx", "dy", "fsm")})
+        if info.grid_hash not in (None, found):
+            raise ValueError(f"{info.path}: its grid's hash is {found}, not the {info.grid_hash} "
+                             "it records: the file was changed after it was written")
+        return found
+
+    @property
+    def made_for(self) -> dict:
+        """The config the data was generated for: {"namelist": its text (the
+        reference's: the config with the reference's dte and isplit),
+        "config_dti", "config_dte": the physics' steps (None where the file
+        predates them)}."""
+        first = self._files[0]
+        return {"namelist": first.namelist, **first.made_for}
 
     def member_case(self, member: int) -> dict[str, float]:
         """A member's case parameters (pompy.config.CASE_PARAMS) and its
@@ -338,6 +392,36 @@ class SnapshotDataset(Dataset):
     def __getstate__(self) -> dict:
         # open files stay behind: the unpickling process opens its own
         return {k: v for k, v in self.__dict__.items() if k != "_handles"} | {"_handles": {}}
+
+
+class NonFiniteData(InputError):
+    """A dataset's value that is NaN or infinite: bad input (exit 2)."""
+
+
+def _check_finite(values: np.ndarray, info: _FileInfo, local: int | None, name: str,
+                  first: int | None) -> None:
+    """NonFiniteData naming the member, snapshot (``first`` is the snapshot
+    of values[0] where they span several), field and point of the first
+    non-finite value; ``local`` None: the grid."""
+    bad = ~np.isfinite(values)
+    if not bad.any():
+        return
+    where = np.argwhere(bad)[0]
+    value = values[tuple(where)]
+    dims = variables.ALL[name.removesuffix("_dti")].dims if name.removesuffix("_dti") in \
+        variables.ALL else tuple(f"n{d + 1}" for d in range(values.ndim))
+    if local is None:
+        what = f"the grid's {name}"
+    else:
+        spans = values.ndim > len(dims)
+        n = first + int(where[0]) if spans else first
+        what = (f"member {info.members[local]}, snapshot {n} (iint "
+                f"{int(info.iint[n]) + info.offsets[local]}), field {name}")
+        where = where[1:] if spans else where
+    place = ", ".join(str(int(i) + 1) for i in reversed(where))      # CF order back to pom2k's
+    raise NonFiniteData(f"{info.path}: {what} is {'NaN' if np.isnan(value) else value} at "
+                        f"({', '.join(dims)}) = ({place}); the data is damaged: generate it "
+                        "again")
 
 
 def member_params(sample: Mapping) -> dict[str, float]:

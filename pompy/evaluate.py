@@ -57,11 +57,12 @@ import torch
 
 from pompy import settings as settings_layer
 from pompy import variables
-from pompy.config import load_config
+from pompy.config import Config, load_config
 from pompy.dataset import SnapshotDataset
 from pompy.distributed import Distributed, torch_device
 from pompy.errors import InputError, ModelStop
 from pompy.settings import EvaluateSettings, TrainSettings
+from pompy.train.checkpoint import physics_differences
 from pompy.train.checks import latest_checkpoint
 from pompy.train.correctors import Correctors
 from pompy.train.data import MASKS, Normalizer, collate_samples, open_dataset, split_members
@@ -117,7 +118,9 @@ class TrainedModel:
         dist = Distributed(device=torch_device(settings.physics.device))
         dtype = getattr(torch, settings.physics.dtype)
         n = body["normalizer"]
-        self.normalizer = Normalizer(n["mean"], n["std"], n["mask"]).to(dist.device)
+        check_trained_physics(body, self.config, settings.config)
+        self.normalizer = Normalizer(n["mean"], n["std"], n["mask"]).checked(
+            f"of {self.checkpoint}").to(dist.device)
         self.correctors = Correctors(settings.model, self.config, self.normalizer, dtype, dist,
                                      settings.optimizer.seed)
         self.correctors.load(body["networks"], Path(self.checkpoint))
@@ -138,6 +141,23 @@ class TrainedModel:
             raise ModelStop(f"the {'corrected' if corrected else 'uncorrected'} physics of "
                             f"member(s) {failed} stopped in the rollout")
         return preds
+
+
+def check_trained_physics(body: Mapping, config: Config, config_path) -> None:
+    """InputError where ``config`` is not the physics the checkpoint was
+    trained with: another grid (its networks' shapes), other state
+    parameters or gradient policies."""
+    channels, jm, im = body["normalizer"]["mask"].shape
+    kb = (channels - 5) // 4 + 1
+    if (im, jm, kb) != (config.im, config.jm, config.kb):
+        raise InputError(f"{body['path']} was trained on the {im}x{jm}x{kb} grid, the config "
+                         f"{config_path} is {config.im}x{config.jm}x{config.kb}; evaluate with "
+                         "the config it was trained with")
+    changed = physics_differences(body, config)
+    if changed:
+        raise InputError(f"{body['path']} was trained with other physics than the config "
+                         f"{config_path}: {'; '.join(changed)}; evaluate with the config it "
+                         "was trained with")
 
 
 # ------------------------------------------------------------------ the rollouts

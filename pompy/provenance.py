@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
+
 from pompy.oracle.build import SOURCE_DIR
 
 PACKAGE = Path(__file__).resolve().parent
@@ -43,6 +45,36 @@ def verifier_sources() -> list[tuple[str, Path]]:
     """(name, file) of the verifier, pompy/verify/*.py, sorted by name: what
     a certificate's figures were measured by besides the physics."""
     return sorted((f"pompy/verify/{f.name}", f) for f in (PACKAGE / "verify").glob("*.py"))
+
+
+def training_sources() -> list[tuple[str, Path]]:
+    """(name, file) of the modules that build and step cores for training
+    (pompy/train/pool.py, pompy/train/physics.py), sorted: an edit to them
+    changes the physics in the trainer's loop as an edit to a core does."""
+    return sorted((f"pompy/train/{name}.py", PACKAGE / "train" / f"{name}.py")
+                  for name in ("pool", "physics"))
+
+
+# the fields a grid hash covers: what places the points and the land
+GRID_HASHED = ("h", "dx", "dy", "fsm")
+
+
+def grid_hash(grid) -> str:
+    """sha256 (hex, 16 digits) of a set-up's h, dx, dy and fsm (arrays or
+    tensors in pom2k order, (i, j)), as float64 bytes: the same on every
+    machine for the same set-up."""
+    h = hashlib.sha256()
+    for name in GRID_HASHED:
+        a = np.ascontiguousarray(np.asarray(grid[name], dtype=np.float64))
+        h.update(name.encode() + b"\0" + repr(a.shape).encode() + b"\0" + a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def config_grid_hash(config) -> str:
+    """:func:`grid_hash` of ``config``'s own set-up (pom2k's, float64 on the CPU)."""
+    from pompy.core.setup import setup_grid
+
+    return grid_hash(setup_grid(config))
 
 
 def source_hash(sources: list[tuple[str, Path]] | None = None) -> str:

@@ -203,3 +203,22 @@ def test_pompy_report_shows_a_training_run(trained, capsys):
     assert "ratio_to_baseline" in page and "target_model" in page
     assert "headline_ratio" in page and "held-out member(s) [2]" in page
     assert f"worst headline ratio {max(evaluation['headline_ratio']):.4g}" in page
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"im": 10, "jm": 9}, "was trained on the 8x7x5 grid, the config {config} is 10x9x5"),
+    ({"horcon": 0.3}, "was trained with other physics than the config {config}: horcon: 0.2 "
+                      "(checkpoint) -> 0.3"),
+])
+def test_evaluate_with_the_config_of_other_physics_is_one_line(trained, tmp_path, capsys,
+                                                               changes, message):
+    import dataclasses
+
+    from test_train import tiny_config
+    run, data = trained
+    config = tmp_path / "other.nml"
+    dataclasses.replace(tiny_config(), **changes).to_namelist().write(config)
+    assert cli.main(["evaluate", str(run), "--data", str(data), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pompy: ") and err.count("\n") == 1, err
+    assert message.format(config=config) in err, err

@@ -29,7 +29,7 @@ from pompy.errors import InputError
 from pompy.generate.perturbations import PERTURBATION_TEXT
 from pompy.generate.reference import describe_model
 from pompy.io import cf_dims, create_dataset, define_variable, to_cf, write_axes
-from pompy.provenance import source_hash
+from pompy.provenance import grid_hash, source_hash
 from pompy.settings import GenerateSettings
 
 # HDF5's own bytes in an uncompressed dataset (superblock, object headers,
@@ -144,6 +144,7 @@ class DatasetWriter:
             "days since 2000-01-01 00:00:00", "time", "standard", "T"
         self._index("iint", "i4", iints, "internal step number", dim="time")
         grid_np = {name: _numpy(grid, name) for name in grid_fields()}
+        ds.grid_hash = grid_hash(grid_np)      # of the grid as written (a trainer compares it)
         write_axes(ds, grid_np, compress=False)
         for name in grid_fields():
             if name not in ds.variables:                 # east_e, ... are in already

@@ -6,7 +6,9 @@ this core's certificate; every rank's RNG states; and the CSV log's rows a
 resumed run keeps."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -20,7 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from pompy.config import Config, state_differences
 from pompy.errors import InputError
+from pompy.files import check_room, fault
 
 
 def certificate_id(body: Mapping) -> str:
@@ -30,23 +34,64 @@ def certificate_id(body: Mapping) -> str:
     return hashlib.sha256(json.dumps(body["key"], sort_keys=True).encode()).hexdigest()[:16]
 
 
-def save_atomically(body: Mapping, targets: Iterable[Path]) -> None:
-    """``body`` into each target: written beside it, on disk, then renamed
-    over it, so that a crash leaves the old file or the new, whole."""
+def serialized(body: Mapping) -> bytes:
+    """``body`` as torch.save writes it (what save_atomically writes)."""
+    buffer = io.BytesIO()
+    torch.save(body, buffer)
+    return buffer.getvalue()
+
+
+def save_atomically(body: Mapping | bytes, targets: Iterable[Path],
+                    doing: str = "writing a checkpoint") -> None:
+    """``body`` (or its :func:`serialized` bytes) into each target: written
+    beside it, on disk, then renamed over it, so that a crash leaves the old
+    file or the new, whole. A target with too little room free, or one that
+    cannot be written (a full disk, a read-only or unwritable folder), is an
+    EnvironmentFault naming it and the cause (``doing``: what for), with the
+    old file as it was and no ``.tmp`` left; the targets before it are
+    written."""
+    data = body if isinstance(body, bytes) else serialized(body)
     for target in targets:
+        check_room(target, len(data), doing)
         tmp = target.with_name(target.name + ".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(body, f)
-            f.flush()
-            os.fsync(f.fileno())       # on disk before it replaces the old one
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())       # on disk before it replaces the old one
+            os.replace(tmp, target)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise fault(target, err, doing) from None
 
 
-def load_resume(path: Path, certificate: Mapping) -> dict:
+def physics_record(config: Config) -> dict:
+    """What a checkpoint records of the physics it was trained with: the
+    config's namelist (its state parameters) and its gradient policies."""
+    return {"namelist": str(config.to_namelist()), "policies": config.policies.to_dict()}
+
+
+def physics_differences(body: Mapping, config: Config) -> list[str]:
+    """How ``config`` differs from the physics a checkpoint was trained
+    with (its state parameters, as a restart is checked, and its gradient
+    policies); [] for a checkpoint that predates the record."""
+    saved = body.get("physics")
+    if not saved:
+        return []
+    changed = state_differences(config, saved["namelist"], "checkpoint")
+    if saved.get("policies") != config.policies.to_dict():
+        changed.append(f"&gradient_policy: {saved.get('policies')} (checkpoint) -> "
+                       f"{config.policies.to_dict()}")
+    return changed
+
+
+def load_resume(path: Path, certificate: Mapping, config: Config) -> dict:
     """The checkpoint ``--resume`` names, trained under ``certificate``'s
-    core; else InputError (unreadable, carrying a pickled object other than
-    tensors and plain containers, or trained under another certificate:
-    its networks learned another core's physics)."""
+    core and ``config``'s physics; else InputError (unreadable, carrying a
+    pickled object other than tensors and plain containers, trained under
+    another certificate or other physics: its networks learned another
+    core's physics)."""
     try:
         body = torch.load(path, map_location="cpu", weights_only=True)
         saved = body["certificate"]
@@ -61,6 +106,11 @@ def load_resume(path: Path, certificate: Mapping) -> dict:
         raise InputError(f"--resume {path}: trained under certificate {saved.get('id')}, this core "
                          f"has certificate {mine} ({differ or 'another key'}); resume with the "
                          f"core it was trained on, or start a new run without --resume")
+    changed = physics_differences(body, config)
+    if changed:
+        raise InputError(f"--resume {path} was trained with other physics than the config's: "
+                         f"{'; '.join(changed)}; resume with the config it was trained with "
+                         "(its namelist is in the checkpoint's options), or start a new run")
     return body
 
 

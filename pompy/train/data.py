@@ -11,6 +11,7 @@ deviation over the wet points) and zero on land.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -23,12 +24,13 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from pompy import variables
-from pompy.config import Config
-from pompy.config import CASE_PARAMS
+from pompy import cores, variables
+from pompy.config import CASE_PARAMS, Config, namelist_case, state_differences
+from pompy.core.setup import setup_grid
 from pompy.dataset import SnapshotDataset, member_params
 from pompy.distributed import Distributed
 from pompy.errors import InputError
+from pompy.provenance import GRID_HASHED
 
 if TYPE_CHECKING:
     from pompy.settings.train import Data
@@ -70,6 +72,16 @@ def _check_dataset(ds: SnapshotDataset, path: Path, horizon: int, c: Config,
         if tuple(record[name].shape) != want:
             raise InputError(f"--data {path}: its grid is {tuple(record[name].shape)}, the "
                              f"config's {want}: generate it from this config")
+    try:
+        ds.grid_hash                         # the grid as written, or a damaged file
+    except ValueError as err:
+        raise InputError(f"--data {path}: {err}") from None
+    changed = dataset_differences(ds, record, c)
+    if changed:
+        raise InputError(f"--data {path} was made for other settings than the config's: "
+                         f"{'; '.join(changed)}; use the config it was made for (its "
+                         "namelist is the dataset's `namelist` attribute) or generate data "
+                         "for this one")
     spacing = (float(first["target_time"][0]) - float(first["time"])) * 86400.0
     cycle = steps_per_correction * c.dti
     if not math.isclose(spacing, cycle, rel_tol=1e-9):
@@ -78,6 +90,54 @@ def _check_dataset(ds: SnapshotDataset, path: Path, horizon: int, c: Config,
                          f"{c.dti:g} s = {cycle:g} s; generate with --every "
                          f"{cycle / 86400!r} days")
     return {n: record[n] for n in ("fsm", "dum", "dvm")}
+
+
+# what a dataset may differ in from the config that trains on it: the
+# reference's own steps and the physics' dte (the physics' dti must be its
+# config_dti: the b levels and the snapshots' spacing are made for it),
+# the case parameters (each member records its own, and the trainer sets
+# each member's core up with them), and where the reference solves no
+# elevation, the physics' solver settings
+REFERENCE_STEPS = ("dte", "isplit")
+SOLVER_SETTINGS = ("theta", "cg_tol", "preconditioner")
+# a grid field's largest relative difference still the same grid: a set-up
+# on another device may differ in its last bits (pompy.provenance.grid_hash
+# is exact, so the arrays are compared instead)
+GRID_RTOL = 1e-12
+
+
+def dataset_differences(ds: SnapshotDataset, record: Mapping, config: Config) -> list[str]:
+    """What differs between ``config`` and the config ``ds`` was made for,
+    as a restart is checked (pompy.config.state_differences): each state
+    parameter, the physics' dti, and the set-up's h, dx, dy and fsm
+    (``record``: a restore record of ``ds``, holding its grid)."""
+    made = ds.made_for
+    skip = REFERENCE_STEPS + CASE_PARAMS + (() if cores.get(ds.model["core"]).solver
+                                            else SOLVER_SETTINGS)
+    changed = state_differences(config, made["namelist"], "dataset", skip)
+    then = made["config_dti"]         # its b levels are one physics step back
+    if then is not None and not math.isclose(then, config.dti, rel_tol=1e-12):
+        changed.append(f"dti: {then:g} s (dataset's physics) -> {config.dti:g} s")
+    if not changed:            # the grid of other parameters differs anyway: said by them
+        own = dataclasses.replace(config, **namelist_case(made["namelist"]))   # the file's grid
+        changed += grid_differences(record, setup_grid(own))
+    return changed
+
+
+def grid_differences(stored: Mapping, grid: Mapping) -> list[str]:
+    """'h: up to 3e+03 m apart (i, j) = (5, 6)' for each field of
+    pompy.provenance.GRID_HASHED where the two grids differ."""
+    changed = []
+    for name in GRID_HASHED:
+        a = np.asarray(torch.as_tensor(stored[name]), dtype=np.float64)
+        b = np.asarray(grid[name], dtype=np.float64)
+        apart = np.abs(a - b)
+        if (apart > GRID_RTOL * np.maximum(np.abs(a), np.abs(b))).any():
+            i, j = np.unravel_index(np.argmax(apart), apart.shape)
+            changed.append(f"{name}: up to {apart[i, j]:.3g} {variables.ALL[name].units} apart, "
+                           f"at (i, j) = ({i + 1}, {j + 1}) (dataset {a[i, j]:.6g}, config "
+                           f"{b[i, j]:.6g})")
+    return changed
 
 
 def same_model_warning(ds: SnapshotDataset, core: str, config: Config) -> str | None:
@@ -91,6 +151,26 @@ def same_model_warning(ds: SnapshotDataset, core: str, config: Config) -> str | 
                 f"them and the correctors have nothing to learn; generate the data with a "
                 f"reference (the config's &generate core and reference_dti, e.g. the explicit "
                 f"core at a shorter dti)")
+    return None
+
+
+def check_split(ds: SnapshotDataset, test_fraction: float) -> str | None:
+    """InputError where ``test_fraction`` of the members keeps no whole
+    member for the test split, or none for training; the warning for
+    test_fraction 0 (no test loss, no baseline); else None."""
+    members = len(ds.members)
+    held = int(members * float(test_fraction))
+    if test_fraction == 0:
+        return ("pompy train: warning: test_fraction = 0: no test split, so no test loss and "
+                "no baseline are measured")
+    if held == 0:
+        raise InputError(f"test_fraction = {test_fraction:g} of {members} members keeps no "
+                         f"whole member for the test split; give data of at least "
+                         f"{math.ceil(1 / float(test_fraction))} members, a larger "
+                         f"test_fraction, or test_fraction = 0 (no test loss)")
+    if held == members:
+        raise InputError(f"test_fraction = {test_fraction:g} of {members} members leaves none "
+                         "to train on; give a smaller test_fraction or more members")
     return None
 
 
@@ -132,12 +212,20 @@ class TrainingData:
         self.dataset, self.grid = open_dataset(settings.data,
                                                settings.pushforward + settings.horizon, fields, config,
                                                settings.steps_per_correction)
-        self.train_indices, self.test_indices = split_members(self.dataset,
-                                                              settings.test_fraction)
-        self.train = Subset(self.dataset, self.train_indices)
-        if len(self.train) < settings.batch_size * dist.world_size:
-            raise InputError(f"{len(self.train)} training samples are fewer than one global "
-                             f"batch ({settings.batch_size} x {dist.world_size} processes)")
+        try:
+            self.warning = check_split(self.dataset, settings.test_fraction)
+            self.train_indices, self.test_indices = split_members(self.dataset,
+                                                                  settings.test_fraction)
+            self.train = Subset(self.dataset, self.train_indices)
+            if len(self.train) < settings.batch_size * dist.world_size:
+                raise InputError(f"{len(self.train)} training samples are fewer than one "
+                                 f"global batch ({settings.batch_size} x {dist.world_size} "
+                                 "processes)")
+            # every value read once before training: each rank its share of the members
+            self.dataset.check_finite(self.dataset.members[dist.rank::dist.world_size])
+        except InputError:
+            self.dataset.close()
+            raise
 
     def loaders(self, dist: Distributed, seed: int) -> None:
         """The sampler and the two loaders. drop_last in the sampler too:
@@ -164,7 +252,7 @@ class TrainingData:
         n = len(self.train)
         chosen = sorted({int(i) for i in np.linspace(0, n - 1,
                                                      min(n, self.settings.normalizer_samples))})
-        return Normalizer.fit([self.train[i]["state"] for i in chosen], self.grid, kb)
+        return Normalizer.fit([self.train[i]["state"] for i in chosen], self.grid, kb).checked()
 
     def close(self) -> None:
         self.dataset.close()
@@ -211,6 +299,18 @@ class Normalizer(nn.Module):
         tiny = 1e-12 * mean.abs().clamp(min=1e-30)
         std = torch.where(std > tiny, std, torch.ones_like(std))
         return cls(mean, std, mask)
+
+    def checked(self, where: str = "fitted on the training split") -> Normalizer:
+        """Itself, where every mean and standard deviation is finite and
+        every deviation positive; else InputError naming the first channel."""
+        bad = ~(torch.isfinite(self.mean) & torch.isfinite(self.std) & (self.std > 0))
+        if bad.any():
+            c = int(bad.nonzero()[0])
+            name, k = channel_layout((self.mean.numel() - 5) // 4 + 1)[c]
+            raise InputError(f"the normaliser {where} is not finite: channel {c} ({name}"
+                             f"{'' if k is None else f' at k = {k + 1}'}) has mean "
+                             f"{float(self.mean[c]):g}, std {float(self.std[c]):g}")
+        return self
 
     def normalize(self, packed: torch.Tensor) -> torch.Tensor:
         return (packed - self.mean[:, None, None].to(packed)) / self.std[:, None, None].to(packed) \

@@ -13,7 +13,12 @@ require_certificate, the only gate the command line uses); without one it
 prints ``pompy: ...`` (what did not match, the ``pompy verify`` command to
 run) and exits 2. A caller that builds a trainer in Python may inject
 another gate (validation/gpu_check.py times grids nobody verified); every
-checkpoint records the id of the certificate its run passed.
+checkpoint records the id of the certificate its run passed and the
+physics it trained (the config's namelist and gradient policies:
+``--resume`` refuses other physics). The data is then read as a restart
+is (pompy.train.data): made for this config (its state parameters, the
+physics' dti, the grid's fields), every value finite, a test split of
+whole members; a refusal on any rank stops every rank.
 
 The parts, each behind a narrow interface:
 
@@ -73,11 +78,11 @@ from tqdm import tqdm
 
 from pompy.config import Config, load_config
 from pompy.distributed import Distributed
-from pompy.errors import EnvironmentFault, InputError
+from pompy.errors import EnvironmentFault, InputError, ModelStop
 from pompy.settings.train import TrainSettings
-from pompy.train.checkpoint import (certificate_id, load_resume, rng_state, save_atomically,
-                                    set_rng_state)
-from pompy.train.checks import check_output
+from pompy.train.checkpoint import (certificate_id, load_resume, physics_record, rng_state,
+                                    save_atomically, serialized, set_rng_state)
+from pompy.train.checks import check_output, check_writable
 from pompy.train.correctors import Correctors
 from pompy.train.data import Normalizer, TrainingData, same_model_warning
 from pompy.train.log import TrainingLog
@@ -106,15 +111,16 @@ class NPOMTrainerDDP:
         self.last_checkpoint: tuple[Path, int] | None = None     # (file, its epoch)
         self.log: TrainingLog | None = None
         self.start_epoch = 0
+        self.stopped_batches = 0                # this epoch's batches whose physics stopped
         self.dist.join()
         resume = self._pass_the_gate(gate)
-        self.data = TrainingData(s.data, self.config, LOSS_FIELDS, self.dist)
         self.data.loaders(self.dist, s.optimizer.seed)
         self.physics = PhysicsRunner(s.physics, self.config, self.device, self.dtype,
                                      s.data.steps_per_correction,
                                      s.data.batch_size if s.physics.reuse_core_pool else None,
                                      self.dist.rank)
-        normalizer = Normalizer(**{k: resume["normalizer"][k] for k in ("mean", "std", "mask")}) \
+        normalizer = Normalizer(**{k: resume["normalizer"][k] for k in ("mean", "std", "mask")}
+                                ).checked(f"of {s.checkpoint.resume}") \
             if resume is not None else self.data.fit_normalizer(self.config.kb)
         self.normalizer = normalizer.to(self.device)
         self.correctors = Correctors(s.model, self.config, self.normalizer, self.dtype, self.dist,
@@ -124,10 +130,12 @@ class NPOMTrainerDDP:
         if resume is not None:
             self._load_checkpoint(resume)
         if self.dist.is_main:
-            warning = same_model_warning(self.data.dataset, s.physics.core, self.config)
-            if warning:
-                print(warning, file=sys.stderr, flush=True)
-            self.log = TrainingLog(s.checkpoint.output, self.start_epoch, resume is not None)
+            for warning in (same_model_warning(self.data.dataset, s.physics.core, self.config),
+                            self.data.warning):
+                if warning:
+                    print(warning, file=sys.stderr, flush=True)
+            self.log = TrainingLog(s.checkpoint.output, self.start_epoch, resume is not None,
+                                   defer=self.dist.many)
 
     def _pass_the_gate(self, gate: Gate) -> dict | None:
         """The certificate on every rank before anything is built, and so the
@@ -137,11 +145,11 @@ class NPOMTrainerDDP:
         refusal = None
         try:
             resume = self._open_the_gate(gate)
+            if self.is_main:                   # rank 0 writes the log and the checkpoints
+                check_writable(self.settings.checkpoint.output)
         except (InputError, EnvironmentFault) as err:
             refusal, resume = err, None
-        if not self.dist.agree(refusal is None):
-            raise refusal or InputError(f"rank {self.dist.rank}: another rank refused to start "
-                                        "(its message says why); no rank trains")
+        self.dist.stop_together(refusal)       # the refusing rank's line on every rank
         return resume
 
     def _open_the_gate(self, gate: Gate) -> dict | None:
@@ -152,8 +160,12 @@ class NPOMTrainerDDP:
         resume = s.checkpoint.resume
         if resume is None:
             check_output(s.checkpoint.output, s.checkpoint.overwrite)
-            return None
-        return load_resume(resume, self.certificate)
+            body = None
+        else:
+            body = load_resume(resume, self.certificate, self.config)
+        # the data as a restart is read: made for this config, every value finite
+        self.data = TrainingData(s.data, self.config, LOSS_FIELDS, self.dist)
+        return body
 
     @property
     def is_main(self) -> bool:
@@ -191,6 +203,7 @@ class NPOMTrainerDDP:
         total = self.total_loss(losses)
         if any(self.physics.failed):   # every gradient NaN, so every rank skips the step
             total = total * float("nan")
+            self.stopped_batches += 1
         self.optim.zero_grad()
         total.backward()
         self.optim.step()
@@ -220,18 +233,37 @@ class NPOMTrainerDDP:
     def train_epoch(self, epoch: int) -> float:
         """Every training batch, logged; the average total loss."""
         self.data.sampler.set_epoch(epoch)
-        totals = []
+        totals, skipped, self.stopped_batches = [], self.optim.skipped_steps, 0
         for step, (ics, refs) in enumerate(self._progress(self.data.train_loader,
                                                           f"epoch {epoch} train")):
             values = self.train_batch(ics, refs)
             if self.log is not None:
                 self.log.step(epoch, step, "Train", values)
             totals.append(values[0])
+        if totals and self.optim.skipped_steps - skipped == len(totals):
+            raise ModelStop(self._all_skipped(epoch, len(totals)))
         average = float(np.mean(totals)) if totals else float("nan")
         if self.is_main:
             print(f"epoch {epoch}: train loss {average:.6e} ({len(totals)} batches, "
                   f"{self.optim.skipped_steps} skipped steps so far)", flush=True)
         return average
+
+    def _all_skipped(self, epoch: int, steps: int) -> str:
+        """Why a run stops whose every optimiser step of an epoch was
+        skipped, and what it keeps."""
+        stopped = self.stopped_batches
+        if stopped == steps:
+            why = "each with a sample whose physics stopped: the lines above say why"
+        elif stopped:
+            why = (f"{stopped} on this rank with a sample whose physics stopped (the lines "
+                   "above say why), the others with a non-finite gradient")
+        else:
+            why = ("each with a non-finite gradient of finite physics: lower lr, horizon or "
+                   "correction_scale")
+        kept = (f"{self.last_checkpoint[0]} (epoch {self.last_checkpoint[1]}) is the last good "
+                "checkpoint" if self.last_checkpoint else "no checkpoint was written")
+        return (f"every one of the {steps} optimiser steps of epoch {epoch} was skipped ({why}); "
+                f"the correctors learned nothing, so training stops; {kept}")
 
     def test_epoch(self, epoch: int) -> float | None:
         """The whole test split's loss (None where it is empty), logged as one
@@ -293,28 +325,41 @@ class NPOMTrainerDDP:
                 print(f"epoch {epoch}: learned " + ", ".join(
                     f"{n}={v:.6g}" for n, v in self.correctors.learned_values().items()),
                     flush=True)
-            self.save_checkpoint(epoch)
             wall = time.perf_counter() - started
-            if self.log is not None:
+            if self.log is not None:        # before the checkpoint that says the epoch is done
                 self.log.epoch(epoch, lr, self.optim.grad_norms, self.optim.skipped_steps, wall,
                                train_loss, test_loss, self.baseline)
+            self.save_checkpoint(epoch)
             if self.is_main:
                 print(f"epoch {epoch}: {wall:.1f} s", flush=True)
 
     # -------------------------------------------------------------- checkpoints
     def save_checkpoint(self, epoch: int) -> Path | None:
         """Rank 0 writes checkpoint_epoch<E>.pt and checkpoint_last.pt
-        (each atomically); every rank's RNG state is in it."""
+        (each atomically); every rank's RNG state is in it. Then the ranks
+        agree: a fault of rank 0's disk, or of its log this epoch (then no
+        checkpoint is written: the epoch's rows are not all there), stops
+        every rank with the same line (exit 4), each knowing the last whole
+        checkpoint (``last_checkpoint``). Rank 0's file, None elsewhere."""
         rng = self.dist.gather(rng_state(self.device))
-        path = None
-        if self.is_main:
-            output = self.settings.checkpoint.output
-            path = output / f"checkpoint_epoch{epoch}.pt"
-            save_atomically(self.checkpoint_body(epoch, rng),
-                            (path, output / "checkpoint_last.pt"))
-            self.last_checkpoint = (path, epoch)
-        self.dist.barrier()
-        return path
+        output = self.settings.checkpoint.output
+        path = output / f"checkpoint_epoch{epoch}.pt"
+        fault = None
+        if self.log is not None and self.log.fault is not None:
+            fault = EnvironmentFault(f"{self.log.fault}; epoch {epoch}'s checkpoint was not "
+                                     "written")
+        elif self.is_main:
+            try:
+                data = serialized(self.checkpoint_body(epoch, rng))
+                doing = f"writing the checkpoint of epoch {epoch}"
+                save_atomically(data, [path], doing)
+                self.last_checkpoint = (path, epoch)
+                save_atomically(data, [output / "checkpoint_last.pt"], doing)
+            except EnvironmentFault as err:
+                fault = err
+        self.last_checkpoint = self.dist.gather(self.last_checkpoint)[0]     # rank 0's
+        self.dist.stop_together(fault)
+        return path if self.is_main else None
 
     def checkpoint_body(self, epoch: int, rng: Sequence) -> dict:
         """Tensors and plain containers alone: --resume loads it with
@@ -326,6 +371,9 @@ class NPOMTrainerDDP:
                 "rng": list(rng), "world_size": self.dist.world_size,
                 "baseline": self.baseline,
                 "certificate": {"id": self.certificate_id, "key": self.certificate.get("key")},
+                "physics": physics_record(self.config),
+                "data": {"path": str(self.settings.data.data),
+                         "grid_hash": self.data.dataset.grid_hash},
                 "options": self.settings.record()}
 
     def _load_checkpoint(self, body: Mapping) -> None:

@@ -7,8 +7,13 @@ whether every check passed, under its key: what was verified.
 The key: the core, the device type, the dtype, the torch version, the
 source hash of the physics (pompy.provenance.source_hash: an edited core
 has no certificate until it is verified again) and of the verifier
-itself (an edited verifier's figures are not yet measured), the grid
-(im x jm x kb), and for a core that solves for the elevation the settings
+itself (an edited verifier's figures are not yet measured) and of the
+modules that build and step cores for training (pompy.provenance.
+training_sources: an edit there changes the physics in the trainer's
+loop), the grid (im x jm x kb, and the hash of the set-up's h, dx, dy and
+fsm: another bathymetry on the same shape is another grid), the gradient
+policies of the config's &gradient_policy group (the gradient checks run
+under them), and for a core that solves for the elevation the settings
 its figures depend on: theta, cg_tol, cg_maxiter and the solver gradients
 go through. :func:`require_certificate` finds the passed certificate of
 exactly what is about to train, holding every check the verifier defines
@@ -17,7 +22,7 @@ what did not match and the ``pompy verify`` command to run.
 
 What it guards against: training on a core that was never verified, was
 edited since, or is configured otherwise (another grid, tolerance,
-device, dtype or torch). What not: a file written by hand; the key is a
+device, dtype, torch, bathymetry or gradient policy). What not: a file written by hand; the key is a
 record, not a signature.
 """
 from __future__ import annotations
@@ -43,7 +48,10 @@ def certificate_key(core: str, device: str | torch.device, dtype: str, config: C
     key = {"core": core, "device": torch.device(device).type, "dtype": dtype,
            "torch": torch.__version__, "source_hash": provenance.source_hash(),
            "verifier_hash": provenance.source_hash(provenance.verifier_sources()),
-           "grid": f"{config.im}x{config.jm}x{config.kb}"}
+           "training_hash": provenance.source_hash(provenance.training_sources()),
+           "grid": f"{config.im}x{config.jm}x{config.kb}",
+           "grid_hash": provenance.config_grid_hash(config),
+           "policies": config.policies.to_dict()}
     if cores.get(core).solver:
         from pompy.core.external import cg
 
@@ -143,6 +151,9 @@ def _mismatch(key: dict[str, Any], others: list[dict[str, Any]]) -> str:
     differ = [k for k, v in key.items() if closest.get(k) != v]
     words = {"source_hash": "the core's sources changed since it was verified",
              "verifier_hash": "pompy verify changed since the certificate was made",
+             "training_hash": "the trainer's core-building code (pompy/train/pool.py, "
+                              "physics.py) changed since it was verified",
+             "grid_hash": "the grid's h, dx, dy or fsm differ from those verified",
              "torch": f"torch {closest.get('torch')} was verified, this is {key['torch']}"}
     return " (" + "; ".join(words.get(k, f"{k}: {closest.get(k)} verified, {key[k]} here")
                             for k in differ) + ")"
