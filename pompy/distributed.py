@@ -7,17 +7,34 @@ torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them a process is
 rank 0 of 1 and makes no group. The group is NCCL on CUDA and gloo on the
 CPU. ``pompy generate`` reads the ranks to split its members and never
 joins (its ranks do not talk); the trainer joins.
+
+Where a rank meets an error the others must stop for (a certificate
+missing on its node, a full disk under rank 0's checkpoint),
+:meth:`Distributed.stop_together` hands its one-line message to every
+rank, which raises it alike (marked :attr:`ALIKE`): each exits with the
+same status, and the command line says the line once per node (local rank
+0). Every collective gives up after :data:`TIMEOUT` (the group's), so a
+rank that never arrives stops the others rather than holding them.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import socket
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from pompy.errors import InputError
+from pompy.errors import EnvironmentFault, InputError
+
+# how long a collective (the agreement included) waits for the other ranks:
+# torch's default for gloo, made explicit; past it the waiting ranks stop
+TIMEOUT = datetime.timedelta(minutes=30)
+
+# the attribute marking an error every rank raised alike (stop_together)
+ALIKE = "raised_alike_on_every_rank"
 
 
 def _ranks(environ: Mapping[str, str]) -> tuple[int, int, int]:
@@ -92,7 +109,8 @@ class Distributed:
         if not dist.is_initialized():
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
-            dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo")
+            dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo",
+                                    timeout=TIMEOUT)
         self.joined = True
 
     def leave(self) -> None:
@@ -108,6 +126,35 @@ class Distributed:
         flag = torch.tensor([1.0 if ok else 0.0], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return bool(flag.item())
+
+    def stop_together(self, error: InputError | EnvironmentFault | None) -> None:
+        """Every rank stops if any rank has an ``error``: each raises the
+        first such rank's, with its message (prefixed with that rank, its
+        world size and its host where there are several), an InputError
+        (exit 2) or an EnvironmentFault (exit 4) as that rank's was, marked
+        :data:`ALIKE`; nothing happens where no rank has one. A rank lost
+        on the way (its process gone, or past :data:`TIMEOUT`) is an
+        EnvironmentFault. One process raises its own ``error``."""
+        if not self.joined:
+            if error is not None:
+                raise error
+            return
+        mine = None if error is None else (isinstance(error, InputError), str(error),
+                                           socket.gethostname())
+        try:
+            every = self.gather(mine)
+        except RuntimeError as lost:                 # gloo and NCCL's DistError among them
+            text = " ".join(str(lost).split())[:300]
+            raise EnvironmentFault(f"rank {self.rank} of {self.world_size}: lost the other "
+                                   f"ranks while agreeing whether to go on ({text})") from lost
+        first = next(((r, e) for r, e in enumerate(every) if e is not None), None)
+        if first is None:
+            return
+        rank, (bad_input, message, host) = first
+        shared = (InputError if bad_input else EnvironmentFault)(
+            f"rank {rank} of {self.world_size} ({host}): {message}")
+        setattr(shared, ALIKE, True)
+        raise shared from error
 
     def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """The ranks' sum of ``tensor`` (in place; itself for one process)."""

@@ -16,11 +16,23 @@ torch.compile raises a TorchRuntimeError from one raised while it traces.
 attribute probes clear any error (a generation under load lost about 1
 signal in 30 there, measured), so :func:`raise_pending` raises it again
 where the program can stop cleanly.
+
+:func:`stopping` is the trainer's: within :meth:`Stop.raising` either signal
+raises KeyboardInterrupt where the program is (SIGTERM as Ctrl-C), and
+after it a signal is only noted, so that a rank that is already stopping
+(closing its files, leaving the process group) is not stopped again inside
+that; :attr:`Stop.signum`, the first signal, tells the exit status (128 +
+it) even where what reached the program was the error a collective raised
+once a peer had gone. As a raised KeyboardInterrupt may be dropped, the
+signal comes again until the program has stopped.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 from pompy.errors import Interrupted
@@ -100,3 +112,58 @@ def interruption(exc: BaseException) -> BaseException | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+class Stop:
+    """The first SIGINT or SIGTERM within :func:`stopping`'s block
+    (``signum``, None before one came); while :meth:`raising`, a signal
+    raises KeyboardInterrupt where the program is, and comes again every
+    :attr:`again` seconds until the program has left that block: code may
+    drop the KeyboardInterrupt (netCDF4 clears errors raised within its
+    callbacks: a training run reading its dataset went on after SIGTERM in
+    1 test of 3)."""
+
+    again = 1.0
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._armed = False
+        self._repeating: threading.Thread | None = None
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if self._armed:
+            if self._repeating is None:
+                self._repeating = threading.Thread(target=self._repeat, args=(signum,),
+                                                   name="pompy-signal-again", daemon=True)
+                self._repeating.start()
+            raise KeyboardInterrupt
+
+    def _repeat(self, signum: int) -> None:
+        """The signal again while the program is within :meth:`raising`
+        (once it has left, a signal is only noted)."""
+        while self._armed:
+            time.sleep(self.again)
+            if self._armed:
+                os.kill(os.getpid(), signum)
+
+    @contextlib.contextmanager
+    def raising(self) -> Iterator[None]:
+        """Signals raise KeyboardInterrupt within the block; outside it they
+        are noted only."""
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
+
+
+@contextlib.contextmanager
+def stopping() -> Iterator[Stop]:
+    """SIGINT and SIGTERM met alike for the block (see :class:`Stop`), the
+    previous handlers back on exit; off the main thread nothing is caught
+    and ``signum`` stays None."""
+    stop = Stop()
+    with _handling(stop._handle):
+        yield stop

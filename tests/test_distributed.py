@@ -1,6 +1,7 @@
 """pompy.distributed: the ranks torchrun's environment gives, each rank's
-device, and what the ranks do together (agree, sum, mean, gather), on two
-gloo processes on 127.0.0.1 against the values each rank holds."""
+device, and what the ranks do together (agree, sum, mean, gather, stop
+together), on two gloo processes on 127.0.0.1 against the values each rank
+holds."""
 from __future__ import annotations
 
 import os
@@ -10,8 +11,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from pompy.distributed import Distributed
-from pompy.errors import InputError
+from pompy.distributed import ALIKE, Distributed
+from pompy.errors import EnvironmentFault, InputError
 
 
 def test_the_environment_gives_the_ranks():
@@ -75,3 +76,45 @@ def test_two_gloo_ranks_agree_reduce_and_gather():
     for rank in (0, 1):
         assert got[rank] == {"agree_all": True, "agree_one": False, "sum": [3.0],
                              "mean": [1.0, 1.0], "gather": [{"rank": 0}, {"rank": 1}]}, rank
+
+
+def _stopping_rank(rank: int, port: int, out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    d = Distributed.from_environ(os.environ)
+    d.join()
+    try:
+        d.stop_together(None)                       # no rank has an error: nothing happens
+        got = []
+        for error in (InputError("rank 1 has no certificate here") if rank == 1 else None,
+                      EnvironmentFault(f"disk of rank {rank} full")):
+            try:
+                d.stop_together(error)
+            except (InputError, EnvironmentFault) as err:
+                got.append((type(err).__name__, str(err), getattr(err, ALIKE, False)))
+        out[rank] = got
+    finally:
+        d.leave()
+
+
+def test_a_rank_that_stops_hands_its_line_to_every_rank():
+    """stop_together: the first rank with an error gives every rank its
+    line (naming that rank and its host) and its kind, InputError or
+    EnvironmentFault, marked alike; one process raises its own error."""
+    alone = InputError("mine")
+    with pytest.raises(InputError) as raised:
+        Distributed().stop_together(alone)
+    assert raised.value is alone
+    Distributed().stop_together(None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.start_processes(_stopping_rank, args=(port, out), nprocs=2, start_method="spawn",
+                           join=True)
+        got = dict(out)
+    host = socket.gethostname()
+    want = [("InputError", f"rank 1 of 2 ({host}): rank 1 has no certificate here", True),
+            ("EnvironmentFault", f"rank 0 of 2 ({host}): disk of rank 0 full", True)]
+    assert got == {0: want, 1: want}

@@ -143,6 +143,15 @@ def check_command(command: str) -> None:
     head = words[0]
     if head == "pompy":
         parse_with(module_parser("pompy"), words[1:], command)
+    elif head == "torchrun" or re.fullmatch(r"python3?", head) and words[1:3] == ["-m",
+                                                                              "pompy.launch"]:
+        from torch.distributed.run import get_args_parser       # pompy.launch takes torchrun's
+        launcher = get_args_parser()
+        args = launcher.parse_args(words[1:] if head == "torchrun" else words[3:])
+        if args.module:
+            parse_with(module_parser(args.training_script), args.training_script_args, command)
+        else:
+            assert Path(ROOT / args.training_script).is_file(), command
     elif re.fullmatch(r"python3?", head) and words[1:2] == ["-m"]:
         module = words[2]
         if module in ("pip", "pytest", "sphinx"):
@@ -151,14 +160,6 @@ def check_command(command: str) -> None:
             assert words[3:4] == ["build"] and set(words[4:]) <= {"--force"}, command
             return
         parse_with(module_parser(module), words[3:], command)
-    elif head == "torchrun":
-        from torch.distributed.run import get_args_parser
-        launcher = get_args_parser()
-        args = launcher.parse_args(words[1:])
-        if args.module:
-            parse_with(module_parser(args.training_script), args.training_script_args, command)
-        else:
-            assert Path(ROOT / args.training_script).is_file(), command
     elif re.fullmatch(r"python3?", head):
         assert (ROOT / words[1]).is_file(), command                      # validation scripts
 

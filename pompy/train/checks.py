@@ -2,9 +2,11 @@
 run, and ``--resume`` alone finds the checkpoint to continue from."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from pompy.errors import InputError
+from pompy.errors import EnvironmentFault, InputError
+from pompy.files import writable
 
 
 def check_output(folder: Path, overwrite: bool) -> None:
@@ -16,6 +18,21 @@ def check_output(folder: Path, overwrite: bool) -> None:
         raise InputError(f"--output {folder} holds an earlier run ({', '.join(earlier[:3])}"
                          f"{' ...' if len(earlier) > 3 else ''}); --resume FILE continues it, "
                          f"--overwrite replaces it, or choose another folder")
+
+
+def check_writable(folder: Path) -> None:
+    """EnvironmentFault unless ``folder``, or the nearest folder above it
+    that exists (it is made later), may be written in; nothing is made."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"--output {folder}: {existing} is a file, not a folder")
+    if not writable(existing):
+        read_only = os.statvfs(existing).f_flag & os.ST_RDONLY
+        where = "" if existing == folder else f" ({existing}, where it would be made)"
+        raise EnvironmentFault(f"--output {folder}{where} is not writable"
+                               + (" (a read-only file system)" if read_only else ""))
 
 
 def latest_checkpoint(folder: Path) -> Path:

@@ -1,21 +1,29 @@
 """The training command, ``python -m pompy.train`` and ``pompy train``: 0
 trained (or --print-config), 2 bad input or no certificate ("pompy:
-..."), 3 a model stop outside a batch, 4 a fault of the machine, 130
-interrupted (Ctrl-C: the checkpoint to resume from, and the command that
-does it)."""
+..."), 3 a model stop outside a batch, 4 a fault of the machine (a full
+disk or an unwritable folder at a checkpoint or a log row: the file, the
+cause, the last whole checkpoint and the command that continues from it),
+130 and 143 interrupted by SIGINT and SIGTERM (the checkpoint to resume
+from, and the command that does it). Each is one line; under torchrun the
+ranks stop together, and a line every rank would say alike is said by the
+first rank of each node."""
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 import torch.distributed as dist
 
 from pompy import settings
+from pompy.distributed import ALIKE
 from pompy.errors import EnvironmentFault, InputError, ModelStop
+from pompy.launch import LAUNCHER_VARIABLE
 from pompy.oracle.build import OracleBuildError
 from pompy.settings import TrainSettings
+from pompy.signals import interruption, stopping
 from pompy.train.trainer import NPOMTrainerDDP
 
 DESCRIPTION = ("Train CorrectorNets through a verified pompy core (one process, or torchrun "
@@ -50,55 +58,96 @@ def main(argv: Sequence[str] | None = None, *, leave: bool = False) -> int:
 def run_parsed(parsed: argparse.Namespace, *, leave: bool = False,
                module: str = "pompy train") -> int:
     """The command for a parsed command line; ``module`` is what ``-m``
-    names to run it again, for the message of an interrupted run."""
+    names to run it again, for the messages that say how to continue.
+    SIGINT and SIGTERM stop it alike (pompy.signals.stopping): the status
+    is 128 + the first signal's number whatever error reached here after
+    it (a collective a stopped peer left)."""
     trainer = None
-    try:
-        if parsed.print_config:
-            print(settings.describe(TrainSettings, parsed))
+    with stopping() as stop:
+        try:
+            with stop.raising():
+                if parsed.print_config:
+                    print(settings.describe(TrainSettings, parsed))
+                else:
+                    trainer = NPOMTrainerDDP(settings.from_parsed(TrainSettings, parsed))
+                    trainer.train()
             code = 0
-        else:
-            trainer = NPOMTrainerDDP(settings.from_parsed(TrainSettings, parsed))
-            trainer.train()
-            code = 0
-    except InputError as err:
-        print(f"pompy: {err}", file=sys.stderr)
-        code = 2
-    except ModelStop as stop:
-        print(f"pompy: {stop}", file=sys.stderr)
-        code = 3
-    except (EnvironmentFault, OracleBuildError) as err:   # the machine's: a disk, POMPY_HOME
-        print(f"pompy: {str(err).splitlines()[0]}", file=sys.stderr)
-        code = 4
-    except KeyboardInterrupt:
-        if trainer is None or trainer.is_main:
-            print(interrupted_message(trainer, module), file=sys.stderr)
-        code = 130
-    finally:
-        if trainer is not None:
-            trainer.cleanup()
-        elif dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    if leave:
-        _leave(code)
+        except BaseException as exc:
+            outcome = _outcome(exc, stop.signum, trainer, module)
+            if outcome is None:
+                raise
+            code, line = outcome
+            if line is not None:
+                print(line, file=sys.stderr)
+        finally:
+            if trainer is not None:
+                trainer.cleanup()
+            elif dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+        if leave:
+            _leave(code)
     return code
 
 
-def interrupted_message(trainer: NPOMTrainerDDP | None, module: str) -> str:
-    """What a Ctrl-C leaves: the last checkpoint this run wrote or resumed
-    from, and the command that continues from it (this command's own
-    spelling; under torchrun, torchrun's)."""
-    if trainer is None:
-        return "pompy: interrupted (SIGINT) before training began; no checkpoint was written"
-    if trainer.last_checkpoint is None:
-        return ("pompy: interrupted (SIGINT) before this run wrote a checkpoint; nothing to "
-                "resume")
-    path, epoch = trainer.last_checkpoint
+def _outcome(exc: BaseException, signum: int | None, trainer: NPOMTrainerDDP | None,
+             module: str) -> tuple[int, str | None] | None:
+    """The status and the line (None: another rank says it) of a run that
+    raised ``exc``; None for a bug (its traceback follows)."""
+    if signum is None and interruption(exc) is not None:
+        signum = signal.SIGINT
+    if signum is not None:
+        return 128 + signum, interrupted_message(trainer, module, signum) if _speaks() else None
+    if isinstance(exc, InputError):
+        code, line = 2, f"pompy: {exc}"
+    elif isinstance(exc, ModelStop):
+        code, line = 3, f"pompy: {exc}"
+    elif isinstance(exc, (EnvironmentFault, OracleBuildError)):  # the machine's: a disk, POMPY_HOME
+        code, line = 4, f"pompy: {str(exc).splitlines()[0]}"
+        if trainer is not None:                    # it trained: what it keeps, how to go on
+            line += f"; {kept(trainer, module)}"
+    else:
+        return None
+    return code, line if not getattr(exc, ALIKE, False) or _speaks() else None
+
+
+def _speaks() -> bool:
+    """Whether this process says a line every rank would say alike: one
+    process, or the first on its node under torchrun (LOCAL_RANK 0)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
+def resume_command(trainer: NPOMTrainerDDP, module: str, path) -> str:
+    """The command that continues ``trainer``'s run from checkpoint
+    ``path``: this command's own spelling; under torchrun, the launcher's
+    (``python -m pompy.launch`` where it started the ranks)."""
     if trainer.dist.many:
-        command = f"torchrun <the same launch options> -m {module}"
+        launcher = os.environ.get(LAUNCHER_VARIABLE, "torchrun")
+        command = f"{launcher} <the same launch options> -m {module}"
     else:                   # as typed: `pompy train`, or `python -m pompy.train`
         command = module if module == "pompy train" else f"python -m {module}"
-    return (f"pompy: interrupted (SIGINT); {path} holds epoch {epoch}: continue with "
-            f"{command} <the same options> --resume {path}")
+    return f"{command} <the same options> --resume {path}"
+
+
+def kept(trainer: NPOMTrainerDDP, module: str) -> str:
+    """What a run that stopped keeps: its last checkpoint (written or
+    resumed from) and how to continue from it."""
+    if trainer.last_checkpoint is None:
+        return "this run wrote no checkpoint; nothing to resume"
+    path, epoch = trainer.last_checkpoint
+    return f"{path} holds epoch {epoch}: continue with {resume_command(trainer, module, path)}"
+
+
+def interrupted_message(trainer: NPOMTrainerDDP | None, module: str,
+                        signum: int = signal.SIGINT) -> str:
+    """What a signal leaves: the last checkpoint this run wrote or resumed
+    from, and the command that continues from it (this command's own
+    spelling; under torchrun, the launcher's)."""
+    name = signal.Signals(signum).name
+    if trainer is None:
+        return f"pompy: interrupted ({name}) before training began; no checkpoint was written"
+    if trainer.last_checkpoint is None:
+        return f"pompy: interrupted ({name}) before this run wrote a checkpoint; nothing to resume"
+    return f"pompy: interrupted ({name}); {kept(trainer, module)}"
 
 
 def _leave(code: int) -> None:
