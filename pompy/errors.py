@@ -79,21 +79,45 @@ class NotConverged(ModelStop):
     """An elevation solve of the implicit free surface missed its
     tolerance: the step's own (``solve`` "elevation solver", at step
     ``iint``), or the adjoint or tangent solve of a derivative (``iint``
-    None: the backward or forward-mode pass knows no step)."""
+    None: the backward or forward-mode pass knows no step). Two causes,
+    each with its own advice: the solve ran out of ``maxiter`` iterations
+    (raise cg_maxiter, lower dti, or precondition by multigrid), or it
+    stopped after ``iterations`` (< maxiter) because its true residual no
+    longer fell: the floating-point floor of that system, above
+    ``floor_factor`` x tol (raise cg_tol, or use multigrid, whose floor is
+    lower). ``preconditioner``: the PCG's, where one ran (None: the
+    reference CG)."""
 
     def __init__(self, iint: int | None, residual: float, tol: float, maxiter: int,
-                 restart: Path | None = None, solve: str = "elevation solver"):
+                 restart: Path | None = None, solve: str = "elevation solver", *,
+                 iterations: int | None = None, floor_factor: float | None = None,
+                 preconditioner: str | None = None):
         self.iint, self.residual, self.tol, self.maxiter, self.restart = (iint, residual, tol,
                                                                           maxiter, restart)
-        self.solve = solve
+        self.solve, self.iterations = solve, iterations
+        self.floor_factor, self.preconditioner = floor_factor, preconditioner
+        self.stagnated = iterations is not None and iterations < maxiter
         where = "" if iint is None else f"step iint={iint}: "
-        super().__init__(self._finish(
-            f"{where}the {solve} stopped at relative residual {residual:.3g} "
-            f"> cg_tol={tol:g} after cg_maxiter={maxiter} iterations (raise cg_maxiter, or lower "
-            "dti)"))
+        multigrid = "" if preconditioner != "jacobi" else "preconditioner='multigrid'"
+        if self.stagnated:
+            within = ("" if floor_factor is None
+                      else f", more than the {floor_factor:g} x cg_tol a floor passes within")
+            advice = f"raise cg_tol to {residual:.2g} or more" + (
+                f", or use {multigrid}, whose floor is lower" if multigrid else "")
+            message = (f"{where}the {solve}'s true relative residual stopped falling at "
+                       f"{residual:.3g} > cg_tol={tol:g} after {iterations} iterations: the "
+                       f"floating-point floor of this system, which more iterations cannot "
+                       f"lower{within} ({advice})")
+        else:
+            message = (f"{where}the {solve} stopped at relative residual {residual:.3g} "
+                       f"> cg_tol={tol:g} after cg_maxiter={maxiter} iterations (raise cg_maxiter, "
+                       f"or lower dti" + (f", or use {multigrid}" if multigrid else "") + ")")
+        super().__init__(self._finish(message))
 
     def with_restart(self, path: Path) -> NotConverged:
-        return NotConverged(self.iint, self.residual, self.tol, self.maxiter, path, self.solve)
+        return NotConverged(self.iint, self.residual, self.tol, self.maxiter, path, self.solve,
+                            iterations=self.iterations, floor_factor=self.floor_factor,
+                            preconditioner=self.preconditioner)
 
 
 class Interrupted(Exception):

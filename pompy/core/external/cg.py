@@ -32,7 +32,11 @@ frozen where its own solve stops).
 
 Both return the true relative residual |b - A x|/|b| recomputed from x,
 which the core checks against cg_tol (one host read per step, with the
-velocity check). Either is differentiable by implicit differentiation
+velocity check). Rounding drifts the recurrence's residual from the true
+one near tol: a PCG whose recurrence met tol while the true residual did
+not goes on to tol, or to the true residual's floating-point floor, where
+it stops (STALL_CHECKS) and passes within FLOOR_FACTOR x tol
+(:func:`accepted`). Either is differentiable by implicit differentiation
 (:class:`_Solve`): the backward pass is one more solve with the same
 (symmetric) operator and preconditioner, A lambda = dL/dx, and gives dL/db = lambda,
 dL/ddiag = -lambda x, dL/dcx(i) = lambda(i) x(i-1) + lambda(i-1) x(i)
@@ -41,8 +45,8 @@ forward mode likewise (x' = A^-1 (b' - A' x)). These solves check their
 residual as the forward one does: one that stops short raises
 NotConverged naming it.
 
-:func:`solve_auto`, the core's: the PCG, under gradients or not, the
-reference CG inside pompy.compat.fortran_math() and torch.func transforms;
+:func:`solve_auto`, the core's: the PCG, under gradients or not and under
+torch.func transforms, the reference CG inside pompy.compat.fortran_math();
 :func:`solve_counted` the same with its iterations (the output's
 cg_iterations).
 """
@@ -54,6 +58,8 @@ from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
+from torch._C._functorch import TransformType
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from torch.autograd import forward_ad
 
 from pompy import compat
@@ -78,6 +84,28 @@ PRECONDITIONERS = tuple(CHECK_EVERY)
 # the residual's slack over cg_tol (the solves stop on |r|^2 <= tol^2 |b|^2,
 # and |r|/|b| may round a few ulps past tol; the Fortran twin's the same)
 SLACK = 1.0 + 1e-9
+
+# A PCG whose recurrence's residual met tol while the true residual did
+# not (rounding drifts the two apart near tol: measured a true 1.005e-12
+# at the recurrence's 9.99e-13 on step 10 of the 65x49x21 seamount at dti
+# 600 s, mode 4, and a true 1.0006e-12 once in a day at dti 390 s, mode 3)
+# goes on, reading the true residual every check_every iterations, until
+# it meets tol or stops falling: STALL_CHECKS reads in a row with no fall
+# below STALL_FALL times its value at the last fall (24 Jacobi iterations,
+# 3 V-cycles). It has then reached the floor of the arithmetic on that
+# system (measured in float64 at dti 600 s: Jacobi 6e-14 to 1.7e-13,
+# multigrid 1.4e-14 to 3.1e-14, on seamount grids from 65x49 to 720x480;
+# in float32 1 to 300 times eps), which more iterations cannot lower.
+STALL_CHECKS = 3
+STALL_FALL = 0.9
+# A solve stopped so, at its floor, passes within FLOOR_FACTOR x tol: its
+# solution is as good as the arithmetic makes it, and a looser solve moves
+# little (measured: every step of a day at cg_tol 1e-11 rather than 1e-12
+# moves the 65x49x21 seamount's fields by 1.7e-11 (el) to 5.2e-10 (w),
+# relative L2, at dti 600 s, mode 4; docs/implicit-core.md). Further out
+# the step stops, its NotConverged saying to raise cg_tol (or to use the
+# multigrid preconditioner, whose floor is lower).
+FLOOR_FACTOR = 10.0
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
@@ -156,22 +184,43 @@ def _each(fn: Callable, members: bool) -> Callable:
     return torch.vmap(fn) if members else fn
 
 
-def _checked(x: Tensor, residual: Tensor, rhs: Tensor, tol: float, maxiter: int, solve: str
-             ) -> Tensor:
-    """x, once its solve (each member's: ``residual`` (B,)) is known to have
-    reached tol: NotConverged naming the solve otherwise (unless that
-    right-hand side ``rhs`` is not finite: a NaN loss's gradient, whose NaN
-    goes on for the caller to see). Under torch.func transforms (vmap,
-    hessian, ...) the residual cannot be read on the host: a short solve's x
-    is NaN there, which the time loop's finiteness check or the loss
-    reports."""
-    if torch._C._are_functorch_transforms_active():
-        return torch.where(residual <= tol * SLACK, x, torch.full_like(x, float("nan")))
+def accepted(residual, iterations, tol: float, maxiter: int):
+    """Whether a solve's true relative residual passes: within tol (and
+    SLACK), or within FLOOR_FACTOR x tol where the solve stopped at its
+    floating-point floor, before maxiter (the PCG stops short of maxiter
+    only at tol or at its floor; the reference CG runs all of them, a
+    solve whose iterations are not known (NaN) is neither). Floats, or
+    tensors (elementwise, no host read)."""
+    return (residual <= tol * SLACK) | ((iterations < maxiter) & (residual <= FLOOR_FACTOR * tol))
+
+
+def _under_vmap() -> bool:
+    """Whether a torch.vmap (torch.func.vmap, jacfwd, jacrev, hessian) is
+    about: its batched values cannot be read on the host."""
+    return any(i.key() == TransformType.Vmap for i in retrieve_all_functorch_interpreters())
+
+
+def _checked(x: Tensor, residual: Tensor, iterations: Tensor, rhs: Tensor, tol: float,
+             maxiter: int, preconditioner: str | None, solve: str) -> Tensor:
+    """x, once its solve (each member's: ``residual`` and ``iterations``
+    (B,)) is known to pass (:func:`accepted`): NotConverged naming the solve
+    otherwise (unless that right-hand side ``rhs`` is not finite: a NaN
+    loss's gradient, whose NaN goes on for the caller to see). Under
+    torch.vmap (torch.func.vmap, jacfwd, hessian) the residual cannot be
+    read on the host: a short solve's x is NaN there, which the time loop's
+    finiteness check or the loss reports."""
+    if _under_vmap():
+        return torch.where(accepted(residual, iterations, tol, maxiter), x,
+                           torch.full_like(x, float("nan")))
     values = residual.reshape(-1).tolist()
+    counts = iterations.reshape(-1).tolist()
     finite = torch.isfinite(rhs.reshape(len(values), -1)).all(1).tolist()
-    short = next((v for v, f in zip(values, finite) if not v <= tol * SLACK and f), None)
+    short = next(((v, n) for v, n, f in zip(values, counts, finite)
+                  if not accepted(v, n, tol, maxiter) and f), None)
     if short is not None:
-        raise NotConverged(None, short, tol, maxiter, solve=solve)
+        raise NotConverged(None, short[0], tol, maxiter, solve=solve,
+                           iterations=int(short[1]) if math.isfinite(short[1]) else None,
+                           floor_factor=FLOOR_FACTOR, preconditioner=preconditioner)
     return x
 
 
@@ -215,12 +264,14 @@ class _Solve(torch.autograd.Function):
     @staticmethod
     def derivative_solve(ctx, a: FivePoint, rhs: Tensor, solve: str) -> Tensor:
         if torch.is_grad_enabled():                 # create_graph: differentiable again
-            x, residual, _ = _Solve.apply(*a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated,
-                                          ctx.preconditioner, ctx.members)
+            x, residual, iterations = _Solve.apply(*a, rhs, ctx.tol, ctx.maxiter,
+                                                   ctx.accelerated, ctx.preconditioner,
+                                                   ctx.members)
         else:
-            x, residual, _ = _solved(a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated,
-                                     ctx.preconditioner, ctx.members)
-        return _checked(x, residual, rhs, ctx.tol, ctx.maxiter, solve)
+            x, residual, iterations = _solved(a, rhs, ctx.tol, ctx.maxiter, ctx.accelerated,
+                                              ctx.preconditioner, ctx.members)
+        return _checked(x, residual, iterations, rhs, ctx.tol, ctx.maxiter,
+                        ctx.preconditioner if ctx.accelerated else None, solve)
 
     @staticmethod
     def backward(ctx, grad_x, grad_res, grad_iterations):
@@ -268,7 +319,9 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int | No
     """Preconditioned CG with early exit (no gradients): (x, the true
     relative residual, iterations). The recurrence's residual is read on
     the host every ``check_every`` iterations (default: the
-    preconditioner's, CHECK_EVERY)."""
+    preconditioner's, CHECK_EVERY); once it meets tol, the true residual
+    once: one that does not goes on to tol or to its floor
+    (:func:`_to_floor`)."""
     if check_every is None:
         check_every = CHECK_EVERY[preconditioner]
     with torch.no_grad():
@@ -285,7 +338,41 @@ def pcg(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: int | No
             if float(_dot(state[1], state[1])) <= limit:
                 break
         scale = torch.as_tensor(bb, dtype=b.dtype, device=b.device)
-        return state[0], _true_residual(v, b, state[0], scale), done
+        residual = _true_residual(v, b, state[0], scale)
+        if done < maxiter and not float(residual) <= tol * SLACK:
+            return _to_floor(v, precondition, b, scale, state, residual, tol, maxiter, done,
+                             check_every)
+        return state[0], residual, done
+
+
+def _to_floor(v: Interior, precondition: Callable[[Tensor], Tensor], b: Tensor, scale: Tensor,
+              state: tuple[Tensor, ...], residual: Tensor, tol: float, maxiter: int, done: int,
+              check_every: int) -> tuple[Tensor, Tensor, int]:
+    """The PCG on from ``state`` after ``done`` iterations, where its
+    recurrence met tol and its true residual ``residual`` did not: the true
+    residual read every ``check_every`` iterations until it meets tol, or
+    stops falling (STALL_CHECKS reads without a fall below STALL_FALL times
+    its value at the last fall: its floor), or maxiter comes. (The x of the
+    least true residual read, that residual, the iterations run.)"""
+    best_x, best, least = state[0], residual, float(residual)
+    mark, still = least, 0
+    while done < maxiter:
+        n = min(check_every, maxiter - done)
+        state = _pcg_iterations(v, precondition, *state, n)
+        done += n
+        r = _true_residual(v, b, state[0], scale)
+        value = float(r)
+        if value < least:
+            best_x, best, least = state[0], r, value
+        if least <= tol * SLACK:
+            break
+        if value <= STALL_FALL * mark:
+            mark, still = value, 0
+        else:
+            still += 1
+            if still >= STALL_CHECKS:
+                break
+    return best_x, best, done
 
 
 def _pcg_start(precondition: Callable[[Tensor], Tensor], b: Tensor, dot=_dot
@@ -323,7 +410,8 @@ def pcg_members(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: 
     the arithmetic on a training grid); the multigrid preconditioner is
     each member's own, under torch.vmap. Every member's residual is read at
     once, and a member that has converged is frozen from then on, as its
-    own solve stops there."""
+    own solve stops there; a member whose true residual then misses tol
+    goes on alone, as its own pcg (:func:`_to_floor`)."""
     if check_every is None:
         check_every = CHECK_EVERY[preconditioner]
     with torch.no_grad():
@@ -348,8 +436,19 @@ def pcg_members(a: FivePoint, b: Tensor, tol: float, maxiter: int, check_every: 
                 if going[m]:
                     done[m], going[m] = step, not rr <= limits[m]
         scale = torch.tensor(bbs, dtype=b.dtype, device=b.device).view(-1, 1, 1)
-        residual = _true_residual(v, b, state[0], scale, _member_dots).reshape(-1)
-        return state[0], residual, torch.tensor(done, dtype=residual.dtype, device=b.device)
+        x = state[0]
+        residual = _true_residual(v, b, x, scale, _member_dots).reshape(-1)
+        short = [m for m, value in enumerate(residual.tolist())
+                 if done[m] < maxiter and not value <= tol * SLACK]
+        if short:
+            x, residual = x.clone(), residual.clone()
+        for m in short:
+            own = FivePoint(*(t[m] for t in a))
+            x[m], residual[m], done[m] = _to_floor(
+                interior_of(own), _preconditioner(own, preconditioner), b[m], scale[m].reshape(()),
+                (*(t[m] for t in state[:4]), state[4][m].reshape(())),
+                residual[m], tol, maxiter, done[m], check_every)
+        return x, residual, torch.tensor(done, dtype=residual.dtype, device=b.device)
 
 
 def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
@@ -364,14 +463,18 @@ def _differentiated(tensors: tuple[Tensor, ...]) -> bool:
 def solve_auto(a: FivePoint, b: Tensor, tol: float, maxiter: int,
                preconditioner: str = "jacobi") -> tuple[Tensor, Tensor]:
     """(x, relative residual): the reference CG inside pompy.compat.fortran_math() (bit for bit
-    with the Fortran twin, whose cg_solve is the reference's algorithm) and
-    under torch.func transforms (vmap cannot batch the PCG's host reads);
-    the PCG otherwise, differentiated implicitly whenever a derivative can
-    flow through the solve. Training's batches (gradients on) and its test
-    batches (off) so solve the same way, to the same residual floor; the
-    PCG's early exit cuts no gradient, which implicit differentiation takes
-    from the solution, not from the iterations (so the exit, a branch on a
-    tensor value, does not decide what a gradient-enabled step computes)."""
+    with the Fortran twin, whose cg_solve is the reference's algorithm);
+    the PCG with ``preconditioner`` otherwise, differentiated implicitly
+    whenever a derivative can flow through the solve, and under torch.func
+    transforms (jvp, grad, jacrev, jacfwd, vmap: _Solve's vmap rule runs
+    batched members' solves by pcg_members, whose host reads a vmapped
+    forward could not make), so forward mode there solves as
+    torch.autograd.forward_ad does, to the last bit. Training's batches
+    (gradients on) and its test batches (off) so solve the same way, to
+    the same residual floor; the PCG's early exit cuts no gradient, which
+    implicit differentiation takes from the solution, not from the
+    iterations (so the exit, a branch on a tensor value, does not decide
+    what a gradient-enabled step computes)."""
     x, residual, _ = solve_counted(a, b, tol, maxiter, preconditioner)
     return x, residual
 
@@ -380,11 +483,11 @@ def solve_counted(a: FivePoint, b: Tensor, tol: float, maxiter: int,
                   preconditioner: str = "jacobi") -> tuple[Tensor, Tensor, Tensor]:
     """:func:`solve_auto` and its iterations (a tensor like the residual):
     the PCG's to convergence, the reference CG's fixed budget."""
-    if compat.in_force() or torch._C._are_functorch_transforms_active():
+    if compat.in_force():
         x, residual, iterations = _Solve.apply(a.diag, a.cx, a.cy, a.active, b, tol, maxiter,
                                                False, "jacobi", False)
         return x, residual, iterations
-    if _differentiated((a.diag, a.cx, a.cy, b)):
+    if torch._C._are_functorch_transforms_active() or _differentiated((a.diag, a.cx, a.cy, b)):
         return _accelerated(a, b, tol, maxiter, preconditioner)
     x, res, done = pcg(a, b, tol, maxiter, preconditioner=preconditioner)
     return x, res, torch.full_like(res, done)
