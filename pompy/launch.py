@@ -51,6 +51,11 @@ _RENDEZVOUS_LEFT = re.compile(r"The node '.*' has failed to shutdown the rendezv
                               r"an error of type RendezvousConnectionError\.")
 
 
+# what a rendezvous error that says nothing means
+_RENDEZVOUS_WHY = {"RendezvousTimeoutError": "the nodes did not all join in time (torchrun's "
+                                            "--rdzv_conf join_timeout, 600 s by default)"}
+
+
 class _Explained(logging.Filter):
     """Drops torchrun's lines on a stop the ranks said (not a bug's, exit 1)."""
 
@@ -155,8 +160,11 @@ def _ending(exc: BaseException) -> tuple[int | None, str | None]:
                                             "machine's memory)")
     for err in _chain(exc):
         if isinstance(err, RendezvousError) or type(err).__name__ == "DistNetworkError":
-            text = " ".join(str(err).split())
-            return 4, f"pompy: torchrun's rendezvous failed: {type(err).__name__}: {text}"
+            text = " ".join(str(err).split()) or _RENDEZVOUS_WHY.get(type(err).__name__, "")
+            return 4, (f"pompy: torchrun's rendezvous failed: {type(err).__name__}"
+                       f"{': ' + text if text else ''}; every node must run the same command "
+                       "with the same --rdzv_id and --rdzv_endpoint (host:port of the first "
+                       "node, reachable from each), within the join timeout")
     return None, None
 
 

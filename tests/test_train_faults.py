@@ -319,3 +319,58 @@ def test_sigterm_stops_one_process_as_sigint_does(made, home, tmp_path):
                          the_line(err))
     assert found and found[1] == found[3], err
     whole(Path(found[1]), int(found[2]))
+
+
+def test_a_rendezvous_that_no_other_node_joins_is_one_line_and_exit_4(tmp_path):
+    """One of two nodes, alone at its endpoint: torchrun's rendezvous times
+    out (join_timeout 3 s here); the launcher says what to check."""
+    port = free_port()
+    result = subprocess.run(
+        launch("--rdzv_id=alone", f"--rdzv_endpoint=127.0.0.1:{port}",
+               "--rdzv_conf=join_timeout=3", "-m", "pompy", "train", "--config",
+               str(ROOT / "configs" / "train_tiny.nml"), "--data", str(tmp_path / "none"),
+               "--output", str(tmp_path / "out"), nodes=2, procs=1),
+        env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 4, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("pompy: ")]
+    assert lines == [
+        "pompy: torchrun's rendezvous failed: RendezvousTimeoutError: the nodes did not all join "
+        "in time (torchrun's --rdzv_conf join_timeout, 600 s by default); every node must run "
+        "the same command with the same --rdzv_id and --rdzv_endpoint (host:port of the first "
+        "node, reachable from each), within the join timeout"], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+LIMITED = textwrap.dedent("""
+    import resource, sys
+    from pompy.train.cli import main
+
+    def size():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmSize"):
+                return int(line.split()[1]) * 1024
+    limit = size() + 400 * 2 ** 20        # 400 MB more than the imports took
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_out_of_memory_is_one_line_and_exit_4(made, home, tmp_path):
+    """The process's address space capped 400 MB above its imports, and
+    networks of 512 hidden channels (float64: more than that): the
+    allocation fails for real."""
+    script = tmp_path / "limited.py"
+    script.write_text(LIMITED)
+    config = train_config(made, tmp_path, hidden_channels=512)
+    result = subprocess.run(
+        [sys.executable, str(script), "--config", str(config), "--data", str(made[2]),
+         "--output", str(tmp_path / "out")],
+        env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 4, result.stderr
+    line = the_line(result.stderr)
+    assert line.startswith("pompy: out of memory (can't allocate memory: you tried to allocate ")
+    assert line.endswith(
+        "lower batch_size or horizon, give --physics_checkpoint steps (the physics' steps "
+        "recomputed in the backward pass), or run on a device with more memory; this run wrote "
+        "no checkpoint; nothing to resume"), line

@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+import torch
 import torch.distributed as dist
 
 from pompy import settings
@@ -101,13 +102,34 @@ def _outcome(exc: BaseException, signum: int | None, trainer: NPOMTrainerDDP | N
         code, line = 2, f"pompy: {exc}"
     elif isinstance(exc, ModelStop):
         code, line = 3, f"pompy: {exc}"
-    elif isinstance(exc, (EnvironmentFault, OracleBuildError)):  # the machine's: a disk, POMPY_HOME
-        code, line = 4, f"pompy: {str(exc).splitlines()[0]}"
+    elif isinstance(exc, (EnvironmentFault, OracleBuildError)) or out_of_memory(exc):
+        # the machine's: a disk, POMPY_HOME, its memory
+        code, line = 4, (f"pompy: out of memory ({_first_words(exc)}): {OUT_OF_MEMORY}"
+                         if out_of_memory(exc) else f"pompy: {str(exc).splitlines()[0]}")
         if trainer is not None:                    # it trained: what it keeps, how to go on
             line += f"; {kept(trainer, module)}"
     else:
         return None
     return code, line if not getattr(exc, ALIKE, False) or _speaks() else None
+
+
+# what lowers a sample's memory, most first (docs/performance.md, memory per sample)
+OUT_OF_MEMORY = ("lower batch_size or horizon, give --physics_checkpoint steps (the physics' "
+                 "steps recomputed in the backward pass), or run on a device with more memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation that failed: MemoryError, a GPU's
+    OutOfMemoryError, or the CPU allocator's RuntimeError."""
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
+
+def _first_words(exc: BaseException) -> str:
+    """The start of a memory error's message (torch's runs to a paragraph)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    found = text.find("can't allocate memory")       # the CPU allocator's: past its "enforce"
+    return (text[found:] if found >= 0 else text).split(". ")[0][:160]
 
 
 def _speaks() -> bool:
