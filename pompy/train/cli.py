@@ -79,7 +79,7 @@ def run_parsed(parsed: argparse.Namespace, *, leave: bool = False,
                 raise
             code, line = outcome
             if line is not None:
-                print(line, file=sys.stderr)
+                sys.stderr.write(line + "\n")    # one write: the ranks may share stderr
         finally:
             if trainer is not None:
                 trainer.cleanup()
