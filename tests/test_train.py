@@ -951,7 +951,7 @@ REFUSING_RANK = textwrap.dedent("""
     try:
         train.NPOMTrainerDDP(train.parse_settings(sys.argv[1:]), gate=gate)
     except InputError as err:
-        sys.stdout.write(f"pompy: {err}\n")     # one write: the ranks share the pipe
+        sys.stdout.write(f"pompy: {err}\\n")    # one write: the ranks share the pipe
         sys.stdout.flush()
         sys.exit(2)
 """)

@@ -1,12 +1,12 @@
 """README's training path, run as a user would from a fresh checkout: the
 three commands of its "Training" section (``pompy verify`` on
-configs/train_tiny.nml, ``pompy generate``, ``torchrun
---nproc_per_node=2 -m pompy train``), taken from README.md itself, for
+configs/train_tiny.nml, ``pompy generate``, ``python -m pompy.launch
+--nproc_per_node=2 -m pompy train``: torchrun's arguments), taken from README.md itself, for
 each core; the trainer runs on the certificate verify wrote and the
 dataset generate wrote (the config's &generate group: the explicit core
 as the reference, params members). Only the sizes are cut: 4 members of 8
 cycles (``--members 4 --days``), one epoch of a horizon of 2 cycles
-(``--epochs 1 --horizon 2``), and torchrun is given a free port on
+(``--epochs 1 --horizon 2``), and the launch is given a free port on
 127.0.0.1. Then ``pompy evaluate`` of the run, as the config's comment
 gives it (4 x the horizon, 8 cycles).
 """
@@ -32,15 +32,17 @@ ROOT = Path(__file__).parents[1]
 
 def readme_training_commands() -> list[str]:
     """The indented commands of README's "Training" section that start with
-    ``pompy verify``, ``pompy generate`` and ``torchrun``, continuation
+    ``pompy verify``, ``pompy generate`` and ``python -m pompy.launch``, continuation
     lines joined, comments dropped."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("\n## Training", 1)[1].split("\n## ", 1)[0]
     joined = re.sub(r"\\\n\s*", "", section)
     commands = [line.split("#")[0].strip() for line in joined.splitlines()
-                if re.match(r"    (pompy (verify|generate)|torchrun) ", line)]
-    assert [c.split()[:2] for c in commands] == [["pompy", "verify"], ["pompy", "generate"],
-                                                  ["torchrun", "--nproc_per_node=2"]], commands
+                if re.match(r"    (pompy (verify|generate)|python -m pompy.launch) ", line)]
+    assert [c.split()[:4] for c in commands] == [
+        ["pompy", "verify", "configs/train_tiny.nml", "--core"],
+        ["pompy", "generate", "configs/train_tiny.nml", "--output"],
+        ["python", "-m", "pompy.launch", "--nproc_per_node=2"]], commands
     return commands
 
 
@@ -56,12 +58,12 @@ def free_port() -> int:
 
 
 def as_run(command: str, core: str) -> list[str]:
-    """``command`` with this interpreter for ``pompy`` and ``torchrun``, the
-    core named, the sizes cut (SHORTER), and a free port for torchrun."""
+    """``command`` with this interpreter for ``pompy`` and ``python``, the
+    core named, the sizes cut (SHORTER), and a free port for the launch."""
     words = shlex.split(command.replace("--core implicit", f"--core {core}"))
-    if words[0] == "torchrun":
-        words = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
-                 f"--master_port={free_port()}", *words[1:], *SHORTER["train"]]
+    if words[0] == "python":
+        words = [sys.executable, "-m", "pompy.launch", "--master_addr=127.0.0.1",
+                 f"--master_port={free_port()}", *words[3:], *SHORTER["train"]]
         if "--core" not in words:
             words += ["--core", core]
     else:

@@ -149,6 +149,8 @@ def _mismatch(key: dict[str, Any], others: list[dict[str, Any]]) -> str:
         return ""
     closest = max(others, key=lambda o: sum(o.get(k) == v for k, v in key.items()))
     differ = [k for k, v in key.items() if closest.get(k) != v]
+    if "grid" in differ and "grid_hash" in differ:     # another shape: its fields differ too
+        differ.remove("grid_hash")
     words = {"source_hash": "the core's sources changed since it was verified",
              "verifier_hash": "pompy verify changed since the certificate was made",
              "training_hash": "the trainer's core-building code (pompy/train/pool.py, "
