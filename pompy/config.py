@@ -114,7 +114,8 @@ class Config:
                                 "terms (0.5 neutral, 1 fully implicit)")
     cg_tol: float = _param(1e-12, "implicit core: relative residual |b - A x|/|b| the elevation "
                                   "solver reaches (dimensionless)")
-    cg_maxiter: int = _param(500, "implicit core: most conjugate-gradient iterations per step "
+    # 1000: pompy verify's reference CG needs 657 on the seamount grid (docs/implicit-core.md)
+    cg_maxiter: int = _param(1000, "implicit core: most conjugate-gradient iterations per step "
                                   "(the reference solver always runs this many, converged "
                                   "entries frozen)")
     preconditioner: str = _param("jacobi", "implicit core: the elevation solver's preconditioner, "

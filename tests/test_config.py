@@ -24,7 +24,7 @@ POM2K_DEFAULTS = dict(
     aam_init=500.0, icfile="",
     wind_factor=1.0,                          # pompy's: pom2k's wind stress
     inflow=0.2, strat_amplitude=15.0, seamount_height=0.9,   # pompy's: pom2k's seamount constants
-    theta=0.55, cg_tol=1e-12, cg_maxiter=500, preconditioner="jacobi",    # the implicit core's
+    theta=0.55, cg_tol=1e-12, cg_maxiter=1000, preconditioner="jacobi",    # the implicit core's
     output_every=0.0, restart_every=0.0,      # pompy's run controls
 )
 

@@ -1,5 +1,6 @@
 """The elevation solve's two reported cases, run as they were reported,
-with the default solver settings (Jacobi PCG, cg_tol 1e-12, cg_maxiter 500):
+with the default solver settings (Jacobi PCG, cg_tol 1e-12; cg_maxiter was
+500 when they were reported, 1000 now):
 
     python3 validation/solver_stagnation.py                 # both
     python3 validation/solver_stagnation.py --only mode4    # a day, about 2 min on a CPU
