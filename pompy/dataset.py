@@ -94,6 +94,7 @@ pompy.variables). Files are opened lazily, in the process that reads
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -318,7 +319,7 @@ class SnapshotDataset(Dataset):
                         for stored in (name, b_level_name(name)) if name in info.levels else (name,):
                             _check_finite(ds[stored][local, n], info, local, stored, n)
 
-    @property
+    @functools.cached_property
     def grid_hash(self) -> str:
         """pompy.provenance.grid_hash of the files' grid (the config's own
         set-up); a file whose recorded hash differs from its grid is damaged."""
