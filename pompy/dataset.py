@@ -57,7 +57,9 @@ Global attributes: ``dataset_format``, the config as ``namelist``,
 ``source_hash`` (pompy.provenance.source_hash), ``core``, ``dtype``,
 ``torch_version``, ``days``, ``every_days``, ``steps_between_snapshots``,
 ``dti``, ``time0``, ``target_model`` (the model that made the trajectories,
-in words: core, dti, dte, isplit, grid), ``config_dti`` and ``config_dte``
+in words: core, dti, dte, isplit, grid), ``reference_refine`` (1: the
+reference ran on the config's grid; 2: on a grid nested 2 x 2 in it,
+coarse-grained onto it: pompy.generate.refine), ``config_dti`` and ``config_dte``
 (the steps of the config it was generated for: a reference at a shorter
 dti than the physics that trains on it, pompy.generate.reference_config), ``members`` (in the whole ensemble), ``seed``,
 ``perturb``, ``amplitude``, ``perturbation`` (in words), ``rank``,

@@ -1,12 +1,15 @@
 """Does a corrector generalise? train_tiny's corrector trained on
 ``--perturb params`` members and measured on flows it never saw:
 
-    python validation/corrector_generalisation.py --work /tmp/gen \
-        [--variant "name:TRAIN FLAGS" ...] [--seeds 0,1,2] [--cycles 32]
+    python validation/corrector_generalisation.py --work /tmp/gen [--config CONFIG] \
+        [--variant "name:TRAIN FLAGS" ...] [--seeds 0,1,2] [--cycles 32] \
+        [--generate "GENERATE FLAGS"]
 
-in --work: ``pompy generate configs/train_tiny.nml --perturb params`` of
+in --work: ``pompy generate CONFIG --perturb params`` on 2 processes (default
+configs/train_tiny.nml) of
 8 members whose spin-ups spread over 12 cycles (``data``: the last 2
-members are the run's test split, other case parameters and windows),
+members are the run's test split, other case parameters and windows;
+--generate adds flags, e.g. ``--refine 2`` for the finer grid's reference),
 and 4 members (1..4 of 5; member 0 has the config's values) drawn from ranges beyond the training ranges' tops by 20 %
 of their widths (``beyond``), each long enough for --cycles cycles;
 ``pompy verify``; then per variant and seed a ``torchrun
@@ -58,23 +61,27 @@ def run(label: str, argv: list[str], done: Path | None = None) -> None:
                  f"{result.stderr[-2000:]}")
 
 
-def generate(work: Path, cycles: int) -> tuple[Path, Path]:
-    py = [sys.executable, "-m", "pompy", "generate", str(CONFIG), "--perturb", "params",
-          "--days", repr(cycles * CYCLE_DAYS), "--spinup_spread", repr(12 * CYCLE_DAYS)]
+def generate(work: Path, config: Path, cycles: int, flags: str = "") -> tuple[Path, Path]:
+    """Both datasets, each by 2 processes (one file each, members m % 2)."""
+    py = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+          "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy.generate",
+          str(config), "--perturb", "params", "--days", repr(cycles * CYCLE_DAYS),
+          "--spinup_spread", repr(12 * CYCLE_DAYS), *shlex.split(flags)]
     data, beyond = work / "data", work / "beyond"
-    run("pompy generate", py + ["--members", "8", "--output", str(data)], data / "dataset.nc")
+    run("pompy generate", py + ["--members", "8", "--output", str(data)],
+        data / "dataset_rank1.nc")
     run("pompy generate (beyond the ranges)", py + ["--members", "5", "--seed", "11",
                                                     "--ranges", BEYOND, "--output", str(beyond)],
-        beyond / "dataset.nc")
+        beyond / "dataset_rank1.nc")
     return data, beyond
 
 
-def train(work: Path, data: Path, name: str, flags: str, seed: int) -> Path:
+def train(work: Path, config: Path, data: Path, name: str, flags: str, seed: int) -> Path:
     out = work / f"{name}_s{seed}"
     run(f"train {name} seed {seed}",
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
          "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy.train",
-         "--config", str(CONFIG), "--data", str(data), "--output", str(out), "--overwrite",
+         "--config", str(config), "--data", str(data), "--output", str(out), "--overwrite",
          "--no-progress", "--seed", str(seed), *shlex.split(flags)], out / "checkpoint_last.pt")
     return out
 
@@ -101,15 +108,20 @@ def row(name: str, seed: int, held: dict, beyond: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--config", type=Path, default=CONFIG,
+                   help="the training config (default configs/train_tiny.nml)")
     p.add_argument("--variant", action="append", default=[],
                    help="NAME:FLAGS, the trainer's flags of one row (repeatable; default: the "
                         "config's &train group alone, 'default:')")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--cycles", type=int, default=32)
+    p.add_argument("--generate", default="", metavar="FLAGS",
+                   help="pompy generate's flags for both datasets, e.g. '--refine 2' (the "
+                        "reference on a finer grid)")
     a = p.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
-    data, beyond_data = generate(a.work, a.cycles)
-    run("pompy verify", [sys.executable, "-m", "pompy", "verify", str(CONFIG), "--core",
+    data, beyond_data = generate(a.work, a.config, a.cycles, a.generate)
+    run("pompy verify", [sys.executable, "-m", "pompy", "verify", str(a.config), "--core",
                          "implicit"])
     print("| run | seed | 1 | 2 | 4 | 8 | 16 | 32 | worst to 4x horizon | worst to "
           f"{a.cycles} | worst field to 4x | beyond the ranges, worst to 4x |")
@@ -117,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     for variant in a.variant or ["default:"]:
         name, _, flags = variant.partition(":")
         for seed in map(int, a.seeds.split(",")):
-            out = train(a.work, data, name, flags, seed)
+            out = train(a.work, a.config, data, name, flags, seed)
             held = evaluate(out, data, a.cycles, "held_out", None)
             beyond = evaluate(out, beyond_data, a.cycles, "beyond", "1,2,3,4")
             print(row(name, seed, held, beyond), flush=True)

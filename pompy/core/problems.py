@@ -102,6 +102,15 @@ def _initial_ts(t0: Tensor, s0: float, tbias, sbias, s: dict) -> dict:
     return s
 
 
+# the seamount's uniform initial salinity
+SEAMOUNT_SALINITY = 35.0
+
+
+def seamount_temperature(zz: Tensor, h: Tensor, strat_amplitude) -> Tensor:
+    """The seamount's initial T: 5 + strat_amplitude exp(z/1000 m) at z = zz h."""
+    return 5.0 + strat_amplitude * compat.seamount_texp(zz, h)
+
+
 def seamount(kl1, kl2, hmax, slmax, inflow, strat_amplitude, seamount_height, grav, rhoref,
              tbias, sbias, aam, e_atmos, z, zz, dz, dzz, dx, dy, cor, east_c, north_c, east_e,
              north_e, east_u, north_u, east_v, north_v, rot, h, art, aru, arv, fsm, dum, dvm,
@@ -129,8 +138,8 @@ def seamount(kl1, kl2, hmax, slmax, inflow, strat_amplitude, seamount_height, gr
     s.update(areas_masks(s["dx"], s["dy"], hh, art, aru, arv, fsm, dum, dvm)._asdict())
     if slmax < 1.0:
         s["h"] = slpmax(slmax, s["fsm"], s["h"]).h
-    s = _initial_ts(5.0 + strat_amplitude * compat.seamount_texp(s["zz"], s["h"]), 35.0, tbias,
-                    sbias, s)
+    s = _initial_ts(seamount_temperature(s["zz"], s["h"], strat_amplitude), SEAMOUNT_SALINITY,
+                    tbias, sbias, s)
     dum3 = expand3(s["dum"]).expand(im, jm, kb)
     s["ub"] = inside(vel * dum3, ub, k=(1, kb - 1))
     s["uab"] = vel * s["dum"]

@@ -31,7 +31,12 @@ shorter than the config's (out of external steps of ``reference_dte``;
 :func:`reference_config`), on the same grid. The dataset's
 ``target_model`` attribute says which model made it (core, dti, dte,
 isplit, grid) and ``config_dti`` the physics' step; the trainer reads it
-and warns when the two are the same model and step. ``spinup`` days run
+and warns when the two are the same model and step. With ``refine = 2``
+the reference runs on a grid nested 2 x 2 in the config's (each member's
+own, its IC file kept in ``DIR/reference_grids/member_<m>.nc``) and its
+states are coarse-grained onto the config's grid (pompy.generate.refine):
+what the physics then lacks is resolution (``reference_refine`` records
+the choice). ``spinup`` days run
 from the set-up before the first snapshot, unrecorded, so that the data
 starts from a developed flow rather than the set-up's state of rest.
 

@@ -8,11 +8,12 @@ made.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
 import time as _time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,6 +24,7 @@ from pompy.dataset import dataset_file
 from pompy.distributed import Distributed
 from pompy.driver import COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
+from pompy.generate import refine
 from pompy.generate.members import batched, member_start, run_ensemble, run_member, set_up
 from pompy.generate.perturbations import member_cases, member_seed
 from pompy.generate.reference import reference_config, schedule, spinup_steps
@@ -67,6 +69,12 @@ def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str])
     if ens.perturb == "params" and config.iproblem != 1:
         raise InputError(f"--perturb params: the case parameters are the seamount's "
                          f"(iproblem=1), not iproblem={config.iproblem}'s; use --perturb ic")
+    if ref.refine > 1 and config.iproblem != 1:
+        raise InputError(f"--refine {ref.refine}: only the seamount (iproblem 1) is nested; "
+                         f"iproblem {config.iproblem}'s set-up is not an IC file's")
+    if ref.refine > 1 and files.resume:
+        raise InputError(f"--resume: a dataset of --refine {ref.refine} keeps its snapshots "
+                         "coarse-grained, not the fine state to go on from; generate it again")
     if settings.schedule.spinup_spread and ens.perturb != "params":
         raise InputError("--spinup_spread: only params members draw spin-up offsets; give "
                          "--perturb params, or --spinup_spread 0")
@@ -83,8 +91,10 @@ def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str])
     path = dataset_file(output, rank, world)
     prepare_output(output, (path,), files.overwrite)
     check_partial(path, files.resume, files.overwrite)
-    together = batched(config, ref.core, ens.perturb, len(mine), ref.dtype, ref.compile, device)
-    check_memory(config, ref.core, ref.dtype, files.force, len(mine) if together else 1)
+    together = ref.refine == 1 and batched(config, ref.core, ens.perturb, len(mine), ref.dtype,
+                                           ref.compile, device)
+    check_memory(refine.fine_size_config(config) if ref.refine > 1 else config, ref.core,
+                 ref.dtype, files.force, len(mine) if together else 1)
     _check_disk(output, estimate_dataset_bytes(config, len(mine), records + 1), files.force)
     return Plan(path, mine, steps, records, device, rank, world, together)
 
@@ -135,14 +145,45 @@ def generate(config: Config, settings: GenerateSettings, *,
         writer = DatasetWriter(p.path, reference, start, p.members, seeds, cases,
                                [spin + n * p.steps for n in range(p.records + 1)],
                                start["time0"], attributes)
-    _run(model, starts, writer, p, settings, seeds, [case for case, _ in cases], prefix, log)
+    members = [(model, start, _same) for start in starts]
+    if ref.refine > 1:
+        members = _fine_members(reference, settings, p, starts, [case for case, _ in cases])
+    _run(members, writer, p, settings, seeds, [case for case, _ in cases], prefix, log)
     return p.path
 
 
-def _run(model: Core, starts: list[dict], writer: DatasetWriter, p: Plan,
+def _same(record: dict) -> dict:
+    return record
+
+
+def reference_grid_file(path: Path, member: int) -> Path:
+    """Where a dataset file's member keeps its fine grid (--refine 2): an
+    IC file (pompy.icfile) beside the dataset."""
+    return path.parent / "reference_grids" / f"member_{member}.nc"
+
+
+def _fine_members(reference: Config, settings: GenerateSettings, p: Plan, starts: list[dict],
+                  cases: list[dict]) -> list[tuple[Core, dict, Callable]]:
+    """Each member's fine core (its grid nested in its own set-up, the IC
+    file written beside the dataset), that core's set-up and the
+    coarse-graining of its records onto the member's set-up."""
+    ref, members = settings.reference, []
+    for m, start, case in zip(p.members, starts, cases):
+        path = reference_grid_file(p.path, m)
+        path.parent.mkdir(exist_ok=True)
+        member = dataclasses.replace(reference, **{n: case[n] for n in SETUP_PARAMS})
+        core = set_up(ref.core, refine.write_fine_ic(member, start, path), p.device, ref.dtype,
+                      ref.compile)
+        fine = core.capture()
+        members.append((core, fine, refine.Coarsening(fine, start)))
+    return members
+
+
+def _run(members: list[tuple[Core, dict, Callable]], writer: DatasetWriter, p: Plan,
          settings: GenerateSettings, seeds: list[int], cases: list[dict], prefix: str,
          log) -> None:
-    """The members, together or one by one, into ``writer``; the file
+    """The members (each one's core, set-up and what the writer is given of
+    its states), together or one by one, into ``writer``; the file
     renamed into place when complete, kept as ``.partial`` when
     interrupted, removed otherwise."""
     ens = settings.ensemble
@@ -150,7 +191,8 @@ def _run(model: Core, starts: list[dict], writer: DatasetWriter, p: Plan,
     try:
         if p.together:
             began = _time.perf_counter()
-            run_ensemble(model, starts[0], writer, p.members, ens.perturb, seeds, ens.amplitude,
+            model, start, _ = members[0]
+            run_ensemble(model, start, writer, p.members, ens.perturb, seeds, ens.amplitude,
                          cases, p.steps, p.records)
             print(f"{prefix}: members {', '.join(map(str, p.members))} together: "
                   f"{p.records * p.steps} steps in {_time.perf_counter() - began:.2f} s",
@@ -160,9 +202,10 @@ def _run(model: Core, starts: list[dict], writer: DatasetWriter, p: Plan,
                 if writer.done[local] == p.records + 1:
                     continue                  # finished before the interruption
                 began = _time.perf_counter()
+                model, start, view = members[local]
                 try:
-                    run_member(model, starts[local], writer, local, ens.perturb, m_seed,
-                               ens.amplitude, case, p.steps, p.records)
+                    run_member(model, start, writer, local, ens.perturb, m_seed,
+                               ens.amplitude, case, p.steps, p.records, view)
                 except ModelStop as exc:
                     exc.member = m            # for the message: which member blew up
                     raise

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
@@ -107,13 +108,20 @@ class History:
         return leapfrog_b_levels(*self.states, self.dz, self.smoth, self.mode)
 
 
-def _run_to(core: Core, steps: int, history: History | None) -> dict:
+def _same(record: dict) -> dict:
+    return record
+
+
+def _run_to(core: Core, steps: int, history: History | None, view: Callable = _same) -> dict:
     """``steps`` more steps on the generation fast path; the last state,
-    and every physics step's state into ``history``."""
+    and every physics step's state into ``history``, each as ``view``
+    makes it (a finer grid's coarse-grained)."""
     if history is None:
         (record,) = core.run_generation_day(steps, capture_interval=steps)
+        record = view(record)
     else:
-        captured = core.run_generation_day(steps, capture_interval=history.ratio)
+        captured = [view(state) for state in
+                    core.run_generation_day(steps, capture_interval=history.ratio)]
         for state in captured:
             history.add(state)
         record = captured[-1]
@@ -122,13 +130,16 @@ def _run_to(core: Core, steps: int, history: History | None) -> dict:
 
 
 def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, perturb: str,
-               seed: int, amplitude: float, case: dict, steps: int, records: int) -> None:
+               seed: int, amplitude: float, case: dict, steps: int, records: int,
+               view: Callable = _same) -> None:
     """The file's member ``local`` from its set-up ``start``, of
     perturbation seed ``seed`` and case parameters ``case`` (its wind
     factor among them): perturbed, the spin-up run unrecorded (its own
     offset included), its time-0 snapshot, then ``records`` snapshots
     every ``steps`` steps; a member the writer holds snapshots of goes on
-    from its last one."""
+    from its last one. ``view``: what the writer is given of a state (a
+    finer grid's states coarse-grained onto the file's, where the writer
+    then holds no state to go on from)."""
     done = writer.done[local]
     if done:
         core.restore({**start, **writer.read(local, done - 1, core.device, core.dtype)})
@@ -144,15 +155,15 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
         if early:                            # the spin-up, unrecorded
             core.run_generation_day(early, capture_interval=0)
         if history is not None:              # its last two physics steps for the b levels
-            history.add(core.snapshot())
+            history.add(view(core.snapshot()))
             if spin > early:
-                _run_to(core, spin - early, history)
-        writer.write(local, 0, core.snapshot(), history.levels() if history else None)
+                _run_to(core, spin - early, history, view)
+        writer.write(local, 0, view(core.snapshot()), history.levels() if history else None)
         raise_pending()                      # a signal something dropped: stop here
     elif history is not None:
         history.add(writer.read(local, done - 1, core.device, core.dtype))
     for n in range(max(done, 1), records + 1):
-        record = _run_to(core, steps, history)
+        record = _run_to(core, steps, history, view)
         writer.write(local, n, record, history.levels() if history else None)
         raise_pending()
 

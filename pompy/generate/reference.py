@@ -83,8 +83,12 @@ def reference_config(config: Config, dti: float = 0.0, dte: float = 0.0) -> Conf
         raise InputError(f"the reference (dte = {dte:g} s, isplit = {isplit}): {err}") from err
 
 
-def describe_model(core: str, config: Config) -> str:
-    """The model that made a dataset's trajectories, in words."""
+def describe_model(core: str, config: Config, refine: int = 1) -> str:
+    """The model that made a dataset's trajectories, in words (``refine``:
+    on the config's grid, or nested 2 x 2 in it, pompy.generate.refine)."""
+    grid = f"{config.im}x{config.jm}x{config.kb}"
+    if refine > 1:
+        grid = (f"on the {2 * config.im - 2}x{2 * config.jm - 2}x{config.kb} grid nested "
+                f"{refine} x {refine} in the {grid}, coarse-grained onto it")
     return (f"pompy {core} core ({cores.get(core).description}) at dti = {config.dti:g} s "
-            f"(dte = {config.dte:g} s x isplit = {config.isplit}), {config.im}x{config.jm}x"
-            f"{config.kb}")
+            f"(dte = {config.dte:g} s x isplit = {config.isplit}), {grid}")

@@ -58,7 +58,8 @@ def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, r
     it is for, the settings and the schedule."""
     ref, ens = settings.reference, settings.ensemble
     return {
-        "target_model": describe_model(ref.core, config),
+        "target_model": describe_model(ref.core, config, ref.refine),
+        "reference_refine": ref.refine,
         "config_dti": physics.dti, "config_dte": physics.dte,
         "dataset_format": FORMAT, "core": ref.core, "dtype": ref.dtype,
         "source_hash": source_hash(), "torch_compile": COMPILED if ref.compile else "none",

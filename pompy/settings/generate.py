@@ -80,6 +80,9 @@ class ReferenceModel:
     reference_dte: float = setting(0.0, "the reference's external step dte in s (0: the "
                                    "config's dte); isplit = reference_dti / dte, a whole number",
                                    check=non_negative_seconds)
+    refine: int = setting(1, "the reference's grid: 1, the config's; 2, nested 2 x 2 in the "
+                          "config's and coarse-grained onto it (the seamount only; "
+                          "pompy.generate.refine)", choices=(1, 2))
     device: str = setting("cpu", "torch device: cpu, cuda (cuda:LOCAL_RANK under torchrun), "
                           "cuda:N")
     dtype: str = dtype_setting("precision of the core (stored as float64)")
