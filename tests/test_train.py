@@ -982,6 +982,7 @@ def test_the_shipped_training_configs():
     """Their pom2k part loads (&train aside), their options resolve, and each
     one's physics step is its dti, as the trainer requires."""
     for name, grid, channels in (("train_tiny.nml", (16, 12, 6), 25),
+                                 ("train_seamount.nml", (65, 49, 21), 85),
                                  ("train_360x240.nml", (360, 240, 25), 101)):
         path = ROOT / "configs" / name
         config = load_config(path)

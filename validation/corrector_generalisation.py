@@ -68,12 +68,17 @@ def generate(work: Path, config: Path, cycles: int, flags: str = "") -> tuple[Pa
           str(config), "--perturb", "params", "--days", repr(cycles * CYCLE_DAYS),
           "--spinup_spread", repr(12 * CYCLE_DAYS), *shlex.split(flags)]
     data, beyond = work / "data", work / "beyond"
-    run("pompy generate", py + ["--members", "8", "--output", str(data)],
-        data / "dataset_rank1.nc")
+    run("pompy generate", py + ["--members", "8", "--output", str(data)], made(data))
     run("pompy generate (beyond the ranges)", py + ["--members", "5", "--seed", "11",
                                                     "--ranges", BEYOND, "--output", str(beyond)],
-        beyond / "dataset_rank1.nc")
+        made(beyond))
     return data, beyond
+
+
+def made(folder: Path) -> Path:
+    """The file whose presence says a dataset is there (one process's, or two)."""
+    one = folder / "dataset.nc"
+    return one if one.exists() else folder / "dataset_rank1.nc"
 
 
 def train(work: Path, config: Path, data: Path, name: str, flags: str, seed: int) -> Path:
