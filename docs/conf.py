@@ -43,6 +43,20 @@ napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 nitpicky = False
 default_role = "code"
+# "--resume" stays two hyphens (smart quotes made it an en-dash, which a shell refuses)
+smartquotes = False
+
+
+def _skip_field_aliases(app, what, name, obj, skip, options):
+    """A NamedTuple's fields document themselves as "Alias for field number
+    N": left out (the class docstring says what each is)."""
+    if (getattr(obj, "__doc__", None) or "").startswith("Alias for field number"):
+        return True
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_field_aliases)
 
 
 def _unplaced_modules() -> list[str]:

@@ -223,6 +223,20 @@ def test_the_docs_build_with_warnings_as_errors(site):
     assert implicit.count("<math") >= 10 and not re.search(r"<script[^>]*mathjax", implicit, re.I)
 
 
+def test_flags_and_code_survive_the_build(site):
+    """A flag copied from any page is the flag (two hyphens, no en-dash); a
+    formula with ** is code, not bold; NamedTuple fields do not repeat
+    "Alias for field number"."""
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        assert not re.search(r"(?<![\w\u2013-])\u2013[a-z_]{3,}", text), page
+        assert "Alias for field number" not in text, page
+    api = (site / "api" / "training.html").read_text()
+    assert "--resume" in api and "--overwrite" in api
+    gradients = (site / "gradients.html").read_text()
+    assert "<code" in gradients and "1e-8**p" in gradients and "<strong>p" not in gradients
+
+
 def test_no_issue_numbers_or_history_in_the_text():
     for page in pages():
         text = page.read_text()
