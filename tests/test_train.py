@@ -981,21 +981,22 @@ def test_a_refusal_on_one_rank_stops_every_rank(made, home, tmp_path):
 def test_the_shipped_training_configs():
     """Their pom2k part loads (&train aside), their options resolve, and each
     one's physics step is its dti, as the trainer requires."""
-    for name, grid, channels in (("train_tiny.nml", (16, 12, 6), 25),
-                                 ("train_seamount.nml", (65, 49, 21), 85),
-                                 ("train_360x240.nml", (360, 240, 25), 101)):
+    for name, grid, channels, dti, epochs in (("train_tiny.nml", (16, 12, 6), 25, 240.0, 6),
+                                              ("train_seamount.nml", (65, 49, 21), 85, 180.0, 3),
+                                              ("train_360x240.nml", (360, 240, 25), 101, 240.0,
+                                               None)):
         path = ROOT / "configs" / name
         config = load_config(path)
         args = parse_settings(["--config", str(path), "--data", "d", "--output", "o"])
         m = args.model
         assert (config.im, config.jm, config.kb) == grid and 4 * (config.kb - 1) + 5 == channels
-        assert config.dti == 240.0 and args.data.steps_per_correction == 2
+        assert config.dti == dti and args.data.steps_per_correction == 2
         assert (args.optimizer.grad_clip_norm, args.physics.core) == (1.0, "implicit")
         assert args.physics.reuse_core_pool
         if name == "train_360x240.nml":              # the design's
             assert m.correction_scale == 1e-3 and m.encoder and m.decoder and m.norm == "batch"
         else:                # measured (validation/corrector_generalisation.py)
-            assert (m.correction_scale, m.norm, args.optimizer.epochs) == (1e-3, "group", 6)
+            assert (m.correction_scale, m.norm, args.optimizer.epochs) == (1e-3, "group", epochs)
             assert m.decoder and not m.encoder and m.zero_head and args.data.horizon == 8
             assert args.optimizer.weights["uab"] == args.optimizer.weights["ub"] == 0
 

@@ -38,7 +38,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "train_tiny.nml"
-CYCLE_DAYS = 480 / 86400
 # the training ranges (pompy.settings.generate.DEFAULT_RANGES) continued
 # beyond their tops by 20 % of their widths
 BEYOND = "inflow=0.3:0.34,strat_amplitude=20:22,seamount_height=0.95:0.99,wind_factor=2:2.4"
@@ -61,12 +60,19 @@ def run(label: str, argv: list[str], done: Path | None = None) -> None:
                  f"{result.stderr[-2000:]}")
 
 
+def cycle_days(config: Path) -> float:
+    """One correction cycle, in days: the config's &generate every."""
+    from pompy.settings import GenerateSettings, read
+    return read(GenerateSettings, {"config": config, "output": "unused"}).schedule.every
+
+
 def generate(work: Path, config: Path, cycles: int, flags: str = "") -> tuple[Path, Path]:
     """Both datasets, each by 2 processes (one file each, members m % 2)."""
+    cycle = cycle_days(config)
     py = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "pompy.generate",
-          str(config), "--perturb", "params", "--days", repr(cycles * CYCLE_DAYS),
-          "--spinup_spread", repr(12 * CYCLE_DAYS), *shlex.split(flags)]
+          str(config), "--perturb", "params", "--days", repr(cycles * cycle),
+          "--spinup_spread", repr(12 * cycle), *shlex.split(flags)]
     data, beyond = work / "data", work / "beyond"
     run("pompy generate", py + ["--members", "8", "--output", str(data)], made(data))
     run("pompy generate (beyond the ranges)", py + ["--members", "5", "--seed", "11",
