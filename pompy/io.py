@@ -114,12 +114,15 @@ def create_dataset(path: Path, config: Config, title: str,
     return ds
 
 
-def define_variable(ds, name: str, extra_dims=(), compress: bool = True, located: bool = False):
+def define_variable(ds, name: str, extra_dims=(), compress: bool | dict = True,
+                    located: bool = False, chunks: tuple[int, ...] | None = None):
     """Variable ``name`` of the table, with its units and long name; with
-    ``located``, a `coordinates` attribute naming its easting and northing."""
+    ``located``, a `coordinates` attribute naming its easting and northing.
+    ``compress``: COMPRESSION, none, or the zlib settings given; ``chunks``:
+    HDF5 chunk sizes (default the library's)."""
     var = VARIABLES[name]
-    v = ds.createVariable(name, "f8", extra_dims + cf_dims(name),
-                          **(COMPRESSION if compress else {}))
+    zlib = COMPRESSION if compress is True else (compress or {})
+    v = ds.createVariable(name, "f8", extra_dims + cf_dims(name), chunksizes=chunks, **zlib)
     v.units = var.units
     v.long_name = var.long_name
     if name in _STANDARD_NAMES:

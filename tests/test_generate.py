@@ -308,14 +308,15 @@ def test_a_member_that_blows_up_leaves_no_dataset(made, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_size_estimate_is_printed_first_and_close(made):
-    """Measured: the estimate is 0.07 % below this file's size (the values'
-    bytes are exact; HDF5's metadata is a measured constant)."""
+def test_the_size_estimate_is_printed_first_and_bounds_the_file(made):
+    """The estimate is the file's size uncompressed (the values' bytes are
+    exact, HDF5's metadata a measured constant): the compressed file is
+    below it (measured 1.45 times here)."""
     _, path, err = made
     first = err.splitlines()[0]
-    assert first.startswith(f"pompy generate: {path} will take about ")
-    estimate = float(first.split("about ")[1].split(" MB")[0]) * 1e6
-    assert abs(estimate / path.stat().st_size - 1) < 0.01
+    assert first.startswith(f"pompy generate: {path} will take at most ")
+    estimate = float(first.split("at most ")[1].split(" MB")[0]) * 1e6
+    assert 1.2 < estimate / path.stat().st_size < 3
 
 
 def test_help_documents_the_perturbations(capsys):

@@ -122,9 +122,9 @@ def generate(config: Config, settings: GenerateSettings, *,
     prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
     size = estimate_dataset_bytes(reference, len(p.members), p.records + 1,
                                   bool(attributes["physics_step_ratio"]))
-    print(f"{prefix}: {p.path} will take about {size / 1e6:.3g} MB ({len(p.members)} members x "
-          f"{p.records + 1} snapshots, every {p.steps} steps of the {ref.core} core at dti = "
-          f"{reference.dti:g} s)", file=log, flush=True)
+    print(f"{prefix}: {p.path} will take at most {size / 1e6:.3g} MB, its size uncompressed "
+          f"({len(p.members)} members x {p.records + 1} snapshots, every {p.steps} steps of "
+          f"the {ref.core} core at dti = {reference.dti:g} s)", file=log, flush=True)
     if ref.compile:
         print(f"{prefix}: {COMPILING}", file=log, flush=True)
     model = set_up(ref.core, reference, p.device, ref.dtype, ref.compile)

@@ -38,6 +38,12 @@ from pompy.settings import GenerateSettings
 # 2 to 9 snapshots (the ~110 variable headers do not grow with the grid).
 # The estimate is then within 0.5 % of the file (0.01 % at 65x49x21).
 HEADER_BYTES = 114_000
+# The snapshots' compression: zlib with shuffle, lossless, one chunk per
+# member, snapshot and variable, so that a sample reads only its own
+# snapshots. On train_tiny's data (8 members x 33 snapshots, 85 MB
+# uncompressed) level 1 makes the file 1.61 times smaller, level 4 1.63
+# times, for 20 % more time: level 1.
+SNAPSHOT_COMPRESSION = dict(zlib=True, shuffle=True, complevel=1)
 # attributes that may differ between an interrupted file and its resumption
 RESUMABLE = frozenset({"history", "torch_compile"})
 
@@ -77,6 +83,11 @@ def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, r
          if ens.perturb == "params" else {})
 
 
+def _chunks(config: Config, name: str) -> tuple[int, ...]:
+    """One member's snapshot of ``name`` (CF order) per chunk."""
+    return (1, 1) + tuple(reversed(variables.shape(name, config.im, config.jm, config.kb)))
+
+
 def _count(config: Config, names: list[str]) -> int:
     return sum(math.prod(variables.shape(n, config.im, config.jm, config.kb)) for n in names)
 
@@ -84,9 +95,10 @@ def _count(config: Config, names: list[str]) -> int:
 def estimate_dataset_bytes(config: Config, members: int, records: int,
                            b_levels: bool = False) -> int:
     """The size of a dataset file of ``members`` members and ``records``
-    snapshots (time 0 included), with the physics' b levels or not: the
-    values' bytes from the variable table (float64, uncompressed) plus
-    HEADER_BYTES, measured."""
+    snapshots (time 0 included), with the physics' b levels or not,
+    uncompressed: the values' bytes from the variable table (float64) plus
+    HEADER_BYTES, measured. The file, compressed, is smaller (1.6 times on
+    train_tiny's data): an upper bound, as the disk check needs."""
     coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
     grid = 8 * (coordinates + _count(config, grid_fields()))
     state = 8 * _count(config, state_fields() + ([b for _, b in LEAPFROG] if b_levels else []))
@@ -151,10 +163,12 @@ class DatasetWriter:
             if name not in ds.variables:                 # east_e, ... are in already
                 define_variable(ds, name, compress=False, located=True)[:] = to_cf(grid_np[name])
         for name in state_fields():
-            define_variable(ds, name, ("member", "time"), compress=False, located=True)
+            define_variable(ds, name, ("member", "time"), compress=SNAPSHOT_COMPRESSION,
+                            located=True, chunks=_chunks(config, name))
         self.ratio = int(attributes["physics_step_ratio"])
         for _, name in LEAPFROG if self.ratio else ():
-            v = ds.createVariable(b_level_name(name), "f8", ("member", "time") + cf_dims(name))
+            v = ds.createVariable(b_level_name(name), "f8", ("member", "time") + cf_dims(name),
+                                  chunksizes=_chunks(config, name), **SNAPSHOT_COMPRESSION)
             v.units = variables.ALL[name].units
             v.long_name = (f"{variables.ALL[name].long_name}, the physics' own: the "
                            f"reference's state one physics step (the config's dti, "
