@@ -52,7 +52,10 @@ place of the reference's, in the state and the targets.
 Arrays are stored in CF order (member, time, sigma, y, x), i.e. a pom2k
 array a(i, j, k) transposed; SnapshotDataset gives them back in pom2k order
 (i, j, k) as a core holds them. Time 0 (iint 0) is the member's initial
-state (perturbed for m > 0), then one snapshot every ``every`` days.
+state (perturbed for m > 0), then one snapshot every ``every`` days. Each
+member's snapshot of each per-snapshot variable is one HDF5 chunk,
+zlib-compressed with shuffle (lossless; pompy.generate.writer), so that a
+sample reads its own snapshots and nothing else of its member.
 Global attributes: ``dataset_format``, the config as ``namelist``,
 ``source_hash`` (pompy.provenance.source_hash), ``core``, ``dtype``,
 ``torch_version``, ``days``, ``every_days``, ``steps_between_snapshots``,
