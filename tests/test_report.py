@@ -228,3 +228,11 @@ def test_a_config_the_oracle_cannot_run_is_refused_before_any_folder(tmp_path, c
                      "--output", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.startswith("pompy: wind_factor=1.1: the Fortran oracle")
     assert not (tmp_path / "r").exists()
+
+
+def test_the_usage_names_both_kinds_of_argument(capsys):
+    """A namelist (the reproducibility report) or a training run's folder."""
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "CONFIG.nml|RUN" in out and "a training run's folder (its page)" in out

@@ -47,8 +47,9 @@ DESCRIPTION = __doc__.split("\n\n", 2)[2].split("\nAn existing")[0]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", type=Path, metavar="CONFIG.nml",
-                        help="Fortran namelist with pom2k parameter names")
+    parser.add_argument("config", type=Path, metavar="CONFIG.nml|RUN",
+                        help="a Fortran namelist with pom2k parameter names (the "
+                             "reproducibility report), or a training run's folder (its page)")
     parser.add_argument("--set", action="append", metavar="NAME=VALUE",
                         help="override one parameter, value as in a namelist (repeatable)")
     parser.add_argument("--days", type=float, help="run length in days (default: the config's days)")
