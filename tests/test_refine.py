@@ -93,7 +93,7 @@ def test_the_fine_grid_nests_in_the_coarse_one(nested):
 def test_a_linear_depth_is_reconstructed_exactly():
     """h = a + b i + c j on an all-wet grid: a fine cell's depth is the
     line at its centre, I +- 1/4 (in coarse cells) inside, the boundary
-    cells' own."""
+    cells' own; an open edge's array the same along it."""
     im, jm = 6, 5
     i, j = np.meshgrid(np.arange(im, dtype=float), np.arange(jm, dtype=float), indexing="ij")
     h = 1000.0 + 37.0 * i - 21.0 * j
@@ -109,6 +109,9 @@ def test_a_linear_depth_is_reconstructed_exactly():
     inner_i, inner_j = slice(1, -1), slice(1, -1)
     np.testing.assert_allclose(got[inner_i, inner_j], want[inner_i, inner_j], rtol=0, atol=1e-9)
     assert np.array_equal(got[0, 1:-1], 1000.0 - 21.0 * cj[1:-1])
+    # an open edge's linear profile (the balanced boundary elevation) likewise
+    edge = refine._edge(-0.05 + 0.01 * np.arange(jm, dtype=float), jm)
+    np.testing.assert_allclose(edge[1:-1], -0.05 + 0.01 * cj[1:-1], rtol=0, atol=1e-15)
 
 
 def test_coarse_graining_conserves_volume_heat_and_salt(nested):

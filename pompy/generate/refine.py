@@ -102,9 +102,8 @@ def reconstruct(x: np.ndarray, wet: np.ndarray) -> np.ndarray:
 def _edge(x: np.ndarray, n: int) -> np.ndarray:
     """An open edge's array along one axis (n coarse cells; trailing axes
     kept), reconstructed as :func:`reconstruct` does along it."""
-    wet = np.ones(n, bool)
     flat = x.reshape(n, -1)
-    slope = np.stack([_slopes(flat[:, c], wet, 0) for c in range(flat.shape[1])], 1)
+    slope = _slopes(flat, np.ones(flat.shape, bool), 0)
     ci = coarse_index(fine_size(n))
     return (flat[ci] + slope[ci] * _offsets(n)[:, None]).reshape((ci.size,) + x.shape[1:])
 
@@ -136,7 +135,7 @@ def fine_ic(config: Config, start: Mapping) -> dict[str, np.ndarray]:
     c = {name: np.asarray(torch.as_tensor(start[name]).detach().cpu().double())
          for name in ("dx", "dy", "cor", "h", "fsm", "uab", "ub", "zz", "ele", "elw", "uabe",
                       "uabw")}
-    im, jm, kb = config.im, config.jm, config.kb
+    im, jm = config.im, config.jm
     interior_i = (np.arange(im) > 0) & (np.arange(im) < im - 1)
     interior_j = (np.arange(jm) > 0) & (np.arange(jm) < jm - 1)
     halve = np.where(interior_i[:, None], 0.5, 1.0), np.where(interior_j[None, :], 0.5, 1.0)
