@@ -154,7 +154,7 @@ def test_a_field_spread_onto_the_fine_cells_coarse_grains_back(nested):
     rng = np.random.default_rng(0)
     im, jm, kb = config.im, config.jm, config.kb
     co = refine.Coarsening(fine.state, coarse.state)
-    d = fine.state["d"]
+    weights = co.weights(fine.state["d"])
     for name, shape in (("t", (im, jm, kb)), ("el", (im, jm)), ("q2", (im, jm, kb)),
                         ("tbe", (jm, kb)), ("ele", (jm,)), ("els", (im,))):
         x = rng.normal(size=shape)
@@ -164,13 +164,13 @@ def test_a_field_spread_onto_the_fine_cells_coarse_grains_back(nested):
             spread = x[refine.coarse_index(2 * im - 2)]
         else:
             spread = x[np.ix_(refine.coarse_index(2 * im - 2), refine.coarse_index(2 * jm - 2))]
-        back = co.field(name, torch.from_numpy(spread), d).numpy()
+        back = co.field(name, torch.from_numpy(spread), weights).numpy()
         np.testing.assert_allclose(back, x, rtol=1e-14, atol=1e-14, err_msg=name)
     u = rng.normal(size=(im, jm, kb))
     fine_u = np.zeros((2 * im - 2, 2 * jm - 2, kb))
     for I, first in enumerate(refine.first_fine(im)):
         fine_u[first] = u[I][refine.coarse_index(2 * jm - 2)]
-    back = co.field("u", torch.from_numpy(fine_u), d).numpy()
+    back = co.field("u", torch.from_numpy(fine_u), weights).numpy()
     np.testing.assert_allclose(back, u, rtol=1e-14, atol=1e-14)
 
 

@@ -25,7 +25,8 @@ from pompy.distributed import Distributed
 from pompy.driver import COMPILING, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.generate import refine
-from pompy.generate.members import batched, member_start, run_ensemble, run_member, set_up
+from pompy.generate.members import (batched, member_start, run_ensemble, run_member, same,
+                                    set_up)
 from pompy.generate.perturbations import member_cases, member_seed
 from pompy.generate.reference import reference_config, schedule, spinup_steps
 from pompy.generate.writer import (DatasetWriter, check_partial, check_resumed, dataset_attributes,
@@ -69,9 +70,8 @@ def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str])
     if ens.perturb == "params" and config.iproblem != 1:
         raise InputError(f"--perturb params: the case parameters are the seamount's "
                          f"(iproblem=1), not iproblem={config.iproblem}'s; use --perturb ic")
-    if ref.refine > 1 and config.iproblem != 1:
-        raise InputError(f"--refine {ref.refine}: only the seamount (iproblem 1) is nested; "
-                         f"iproblem {config.iproblem}'s set-up is not an IC file's")
+    if ref.refine > 1:
+        refine.check_nestable(config)
     if ref.refine > 1 and files.resume:
         raise InputError(f"--resume: a dataset of --refine {ref.refine} keeps its snapshots "
                          "coarse-grained, not the fine state to go on from; generate it again")
@@ -145,15 +145,11 @@ def generate(config: Config, settings: GenerateSettings, *,
         writer = DatasetWriter(p.path, reference, start, p.members, seeds, cases,
                                [spin + n * p.steps for n in range(p.records + 1)],
                                start["time0"], attributes)
-    members = [(model, start, _same) for start in starts]
+    members = [(model, start, same) for start in starts]
     if ref.refine > 1:
         members = _fine_members(reference, settings, p, starts, [case for case, _ in cases])
     _run(members, writer, p, settings, seeds, [case for case, _ in cases], prefix, log)
     return p.path
-
-
-def _same(record: dict) -> dict:
-    return record
 
 
 def reference_grid_file(path: Path, member: int) -> Path:

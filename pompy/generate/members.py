@@ -108,11 +108,12 @@ class History:
         return leapfrog_b_levels(*self.states, self.dz, self.smoth, self.mode)
 
 
-def _same(record: dict) -> dict:
+def same(record: dict) -> dict:
+    """A state as it is (what the writer is given of a state on the file's own grid)."""
     return record
 
 
-def _run_to(core: Core, steps: int, history: History | None, view: Callable = _same) -> dict:
+def _run_to(core: Core, steps: int, history: History | None, view: Callable = same) -> dict:
     """``steps`` more steps on the generation fast path; the last state,
     and every physics step's state into ``history``, each as ``view``
     makes it (a finer grid's coarse-grained)."""
@@ -131,7 +132,7 @@ def _run_to(core: Core, steps: int, history: History | None, view: Callable = _s
 
 def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, perturb: str,
                seed: int, amplitude: float, case: dict, steps: int, records: int,
-               view: Callable = _same) -> None:
+               view: Callable = same) -> None:
     """The file's member ``local`` from its set-up ``start``, of
     perturbation seed ``seed`` and case parameters ``case`` (its wind
     factor among them): perturbed, the spin-up run unrecorded (its own
@@ -154,11 +155,12 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
             else spin
         if early:                            # the spin-up, unrecorded
             core.run_generation_day(early, capture_interval=0)
+        record = view(core.snapshot())
         if history is not None:              # its last two physics steps for the b levels
-            history.add(view(core.snapshot()))
+            history.add(record)
             if spin > early:
-                _run_to(core, spin - early, history, view)
-        writer.write(local, 0, view(core.snapshot()), history.levels() if history else None)
+                record = _run_to(core, spin - early, history, view)
+        writer.write(local, 0, record, history.levels() if history else None)
         raise_pending()                      # a signal something dropped: stop here
     elif history is not None:
         history.add(writer.read(local, done - 1, core.device, core.dtype))

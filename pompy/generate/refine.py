@@ -125,13 +125,18 @@ def _spread(x: np.ndarray, n: int, axis: int) -> np.ndarray:
     return np.take(x, coarse_index(fine_size(n)), axis=axis)
 
 
+def check_nestable(config: Config) -> None:
+    """InputError unless ``config``'s problem is the seamount (the only one nested)."""
+    if config.iproblem != 1:
+        raise InputError(f"--refine {FACTOR}: only the seamount (iproblem 1) is nested; "
+                         f"iproblem {config.iproblem}'s set-up is not an IC file's")
+
+
 def fine_ic(config: Config, start: Mapping) -> dict[str, np.ndarray]:
     """The IC arrays (pompy.icfile, pom2k order) of the fine grid nested in
     the seamount set-up ``start`` (a capture of ``config`` with the
     member's case), as the module docstring says."""
-    if config.iproblem != 1:
-        raise InputError(f"refine = {FACTOR}: only the seamount (iproblem 1) is nested; "
-                         f"iproblem {config.iproblem}'s set-up is not an IC file's")
+    check_nestable(config)
     c = {name: np.asarray(torch.as_tensor(start[name]).detach().cpu().double())
          for name in ("dx", "dy", "cor", "h", "fsm", "uab", "ub", "zz", "ele", "elw", "uabe",
                       "uabw")}
@@ -160,16 +165,16 @@ def fine_ic(config: Config, start: Mapping) -> dict[str, np.ndarray]:
     }
 
 
-def fine_config(config: Config, path: Path) -> Config:
-    """``config`` on the fine grid of the IC file ``path`` (iproblem 3)."""
-    return dataclasses.replace(config, iproblem=3, icfile=str(path), im=fine_size(config.im),
-                               jm=fine_size(config.jm), title=f"{config.title} (2x finer)")
-
-
 def fine_size_config(config: Config) -> Config:
     """``config`` with the fine grid's sizes (for estimates of memory: its
     grid is the config's own)."""
     return dataclasses.replace(config, im=fine_size(config.im), jm=fine_size(config.jm))
+
+
+def fine_config(config: Config, path: Path) -> Config:
+    """``config`` on the fine grid of the IC file ``path`` (iproblem 3)."""
+    return dataclasses.replace(fine_size_config(config), iproblem=3, icfile=str(path),
+                               title=f"{config.title} (2x finer)")
 
 
 def write_fine_ic(config: Config, start: Mapping, path: Path) -> Config:
@@ -196,56 +201,55 @@ class Coarsening:
         self.fi = torch.as_tensor(first_fine(im), device=device)
         self.fj = torch.as_tensor(first_fine(jm), device=device)
 
-    def _sum(self, x: torch.Tensor, axis: int) -> torch.Tensor:
-        """Block sums along ``axis`` (0: i, 1: j)."""
-        index, n = (self.ci, self.shape[0]) if axis == 0 else (self.cj, self.shape[1])
+    def _sum(self, x: torch.Tensor, axis: int, along_j: bool) -> torch.Tensor:
+        """Block sums along ``axis`` of x, whose cells there are fine j
+        (``along_j``) or fine i."""
+        index, n = (self.cj, self.shape[1]) if along_j else (self.ci, self.shape[0])
         shape = list(x.shape)
         shape[axis] = n
         return torch.zeros(shape, dtype=x.dtype, device=x.device).index_add_(axis, index, x)
 
-    def _mean(self, x: torch.Tensor, weight: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
+    def _mean(self, x: torch.Tensor, weight: torch.Tensor,
+              axes: tuple[tuple[int, bool], ...]) -> torch.Tensor:
+        """The ``weight``-ed block means of x over ``axes`` ((axis, along_j), ...)."""
         top, bottom = x * weight, weight.expand_as(x)
-        for axis in axes:
-            top, bottom = self._sum(top, axis), self._sum(bottom, axis)
+        for axis, along_j in axes:
+            top, bottom = self._sum(top, axis, along_j), self._sum(bottom, axis, along_j)
         return top / bottom
 
-    def field(self, name: str, x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-        """The coarse value of the fine field ``name`` (``d``: the record's
-        fine column depth h + el)."""
+    def weights(self, d: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each location's weights for a record of fine column depth ``d``
+        (h + el): T and W cells by area (2-D) and volume (3-D); u and v by
+        the area of the fine faces on each coarse face."""
+        u = (self.dy * (0.5 * (d + torch.roll(d, 1, 0)))).index_select(0, self.fi)
+        v = (self.dx * (0.5 * (d + torch.roll(d, 1, 1)))).index_select(1, self.fj)
+        return {"T2": self.art, "T3": (self.art * d).unsqueeze(-1), "U2": u,
+                "U3": u.unsqueeze(-1), "V2": v, "V3": v.unsqueeze(-1)}
+
+    def field(self, name: str, x: torch.Tensor, weights: Mapping) -> torch.Tensor:
+        """The coarse value of the fine field ``name`` (``weights``: the
+        record's, :meth:`weights`)."""
         var = variables.VARIABLES[name]
         dims, loc = var.dims, var.location
         if dims == ("k",):
             return x.clone()
-        three = len(dims) == 3
         if dims in (("i", "j"), ("i", "j", "k")):
+            n = len(dims)
             if loc in ("T", "W"):
-                weight = self.art * d if three else self.art
-                return self._mean(x, weight.unsqueeze(-1) if three else weight, (0, 1))
+                return self._mean(x, weights[f"T{n}"], ((0, False), (1, True)))
             if loc == "U":      # the fine faces on each coarse face (first fine i of a block)
-                depth = 0.5 * (d + torch.roll(d, 1, 0))
-                weight = self.dy * depth
-                x, weight = x.index_select(0, self.fi), weight.index_select(0, self.fi)
-                return self._mean(x, weight.unsqueeze(-1) if three else weight, (1,))
+                return self._mean(x.index_select(0, self.fi), weights[f"U{n}"], ((1, True),))
             if loc == "V":
-                depth = 0.5 * (d + torch.roll(d, 1, 1))
-                weight = self.dx * depth
-                x, weight = x.index_select(1, self.fj), weight.index_select(1, self.fj)
-                return self._mean(x, weight.unsqueeze(-1) if three else weight, (0,))
+                return self._mean(x.index_select(1, self.fj), weights[f"V{n}"], ((0, False),))
         # the open edges' arrays: (j,), (j, k) east and west; (i,), (i, k) north and south
         along_j = dims[0] == "j"
         edge = {"w": 0, "e": -1, "s": 0, "n": -1}[name[-1]]
         length = self.dy[edge] if along_j else self.dx[:, edge]
-        weight = length.unsqueeze(-1) if x.dim() == 2 else length
-        index, n = (self.cj, self.shape[1]) if along_j else (self.ci, self.shape[0])
-        shape = (n,) + tuple(x.shape[1:])
-        top = torch.zeros(shape, dtype=x.dtype, device=x.device).index_add_(0, index, x * weight)
-        bottom = torch.zeros(shape, dtype=x.dtype, device=x.device).index_add_(
-            0, index, weight.expand_as(x))
-        return top / bottom
+        return self._mean(x, length.unsqueeze(-1) if x.dim() == 2 else length, ((0, along_j),))
 
     def __call__(self, record: Mapping) -> dict:
         """A coarse record of the fine ``record`` (a snapshot: its tensors by
         pom2k name, iint and times passed on)."""
-        d = record["d"]
-        return {name: self.field(name, value, d) if torch.is_tensor(value) else value
+        weights = self.weights(record["d"])
+        return {name: self.field(name, value, weights) if torch.is_tensor(value) else value
                 for name, value in record.items()}
