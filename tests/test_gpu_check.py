@@ -61,7 +61,7 @@ def finite(*values) -> bool:
 def test_the_cpu_path_runs_every_part(home, tmp_path):
     verified = tiny_config(tmp_path, "verified.nml")
     # trained with a tolerance never verified: the gate answered by the stand-in (as
-    # on a GPU, where (c)'s 360x240 grid has no certificate)
+    # where (d) failed; by default (d) verifies (c)'s own config)
     trained = tiny_config(tmp_path, "trained.nml", cg_tol=1e-13)
     out = tmp_path / "check.json"
     result = run(home, "--grids", "16x12x6", "--parity-grid", "16x12x6", "--steps", "4",
@@ -232,3 +232,16 @@ def test_bad_options_are_refused():
         with pytest.raises(SystemExit) as stop:
             gpu_check.parse_args([])           # --device cuda by default
         assert stop.value.code == 2
+
+
+def test_samples_that_fit_a_gpu():
+    """(c)'s samples per 80 GB: what is held before a batch once, each
+    sample's own peak above it (the largest of the batches)."""
+    sys.path.insert(0, str(ROOT / "validation"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(ROOT / "validation"))
+    batches = [{"peak_gb": 12.0, "before_gb": 2.0}, {"peak_gb": 9.5, "before_gb": 2.5}]
+    assert gpu_check.samples_in(80.0, batches) == 7          # (80 - 2.5) // 10
+    assert gpu_check.samples_in(80.0, [{"peak_rss_gb": 5.0}]) is None     # the CPU's RSS

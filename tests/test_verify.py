@@ -115,6 +115,12 @@ def test_verify_writes_a_passing_certificate(verified, home):
     rows = [line for line in out.splitlines() if line.rstrip().endswith(("pass", "FAIL"))]
     assert len(rows) == len(checks) and all(r.rstrip().endswith("pass") for r in rows)
     assert f"{len(checks)} of {len(checks)} checks passed" in out
+    # each suite announced with its count and where it runs (the whole 8x7 grid), and ended
+    for suite in SUITES:
+        count = sum(c["suite"] == suite for c in checks)
+        assert f"\n-- {suite}: {count} checks (" in out, suite
+        assert f"\n-- {suite}: done in " in out, suite
+    assert "random states of 8x7x5; set-ups on 8x7x5" in out and "window" not in out
     # the oracle was not rebuilt in the temporary home
     assert not (home / "oracle").exists()
 

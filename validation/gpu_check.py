@@ -24,7 +24,7 @@ tool's limit.
 
 Four parts, run in the order a, d, c, b, each in subprocesses of its own
 and time-boxed so that the whole stays within ``--budget`` seconds
-(default 450; a part's box is its share of what is left, SHARES, and
+(default 480; a part's box is its share of what is left, SHARES, and
 what a part leaves unused passes to the next; a unit that runs past its
 box is killed with its children and reported as such, with what it had
 measured by then); ``--parts`` runs some of them:
@@ -79,16 +79,17 @@ measured by then); ``--parts`` runs some of them:
     train_batch: the seconds of each and its peak memory
     (torch.cuda.max_memory_allocated, and max_memory_reserved; on the CPU
     the process's peak RSS). The trainer is given a gate (its ``gate=``)
-    that asks for the certificate first: with a passed certificate for the
-    set-up the batches run under it; without one (verifying the 360x240
-    grid is not part of this check: ``pompy verify
-    configs/train_360x240.nml --core implicit --device cuda`` makes one)
-    the gate answers with a stand-in, reported as ``certified: false``
-    with the refusal (``--train-gate strict``: the gate refuses, no batch
-    then).
+    that asks for the certificate first: (d) runs before (c) and verifies
+    the same config on the same device, so with (d) passed the batches run
+    under its certificate (``certified: true``); without one (d failed or
+    ran out of its box) the gate answers with a stand-in, reported as
+    ``certified: false`` with the refusal (``--train-gate strict``: the
+    gate refuses, no batch then). From the batches' peak GPU memory: the
+    samples (batch 1) that fit in an 80 GB GPU.
 (d) the certificate run, as a user types it: ``pompy verify
-    --verify-config (configs/train_tiny.nml) --core implicit --device
-    DEVICE``: its checks passed of all, its seconds (and the suites').
+    --verify-config (default the --train-config, configs/train_360x240.nml:
+    its routine checks on a 65x49 window, the rest on the whole grid)
+    --core implicit --device DEVICE``: its checks passed of all, its seconds (and the suites').
 
 ``--device cpu`` runs the same on the CPU (the test suite's path, on a
 tiny grid: tests/test_gpu_check.py); there the "device" runs of (a) are
@@ -126,7 +127,7 @@ PARTS = ("a", "b", "c", "d")
 ORDER = ("a", "d", "c", "b")           # b last: its compiled rows take what is left
 # each part's box: its share of the budget left when it starts, over the
 # shares of the parts still to run
-SHARES = {"a": 0.15, "d": 0.3, "c": 0.2, "b": 0.35}
+SHARES = {"a": 0.1, "d": 0.45, "c": 0.2, "b": 0.25}
 PARITY_GOAL = 1e-9
 MODES = ("eager", "cuda-graph", "compiled", "reduce-overhead")
 COMPILED_MODES = ("compiled", "reduce-overhead")
@@ -348,9 +349,22 @@ def part_c(args, box: float, work: Path) -> dict:
     trained = of_kind(results, "train")
     if trained:
         result.update({k: v for k, v in trained[0].items() if k != "batches"})
+    result["samples_per_80gb"] = samples_in(80.0, result["batches"])
     status = "ok" if trained and trained[0]["status"] == "ok" and not problem else "incomplete"
     return dict(result, status=status, problem=problem or (trained[0].get("reason")
                                                             if trained else "no result"))
+
+
+def samples_in(gigabytes: float, batches: list[dict]) -> int | None:
+    """Samples (batch 1) that fit in a GPU of ``gigabytes``: what is held
+    before a batch (networks, optimiser, data) once, and each sample's own
+    peak above it (the largest batch's); None without GPU figures."""
+    rows = [b for b in batches if b.get("peak_gb") is not None and b.get("before_gb") is not None]
+    if not rows:
+        return None
+    before = max(b["before_gb"] for b in rows)
+    per_sample = max(b["peak_gb"] - b["before_gb"] for b in rows)
+    return int((gigabytes - before) // per_sample) if per_sample > 0 else None
 
 
 VERIFIED = re.compile(r"(\d+) of (\d+) checks passed in (\d+) s; certificate: (.+)")
@@ -455,7 +469,9 @@ def table_c(part: dict) -> list[str]:
                      f"{fmt(b.get('before_gb'), '.2f')} | {fmt(b.get('reserved_gb'), '.2f')} | "
                      f"{b['loss']:.4g} |")
     lines.append(f"\n`{part['generate_command']}`: {fmt(part.get('generate_s'), '.1f')} s; "
-                 f"the trainer built in {fmt(part.get('build_s'), '.1f')} s")
+                 f"the trainer built in {fmt(part.get('build_s'), '.1f')} s"
+                 + ("" if part.get("samples_per_80gb") is None else
+                    f"; samples (batch 1) that fit in an 80 GB GPU: {part['samples_per_80gb']}"))
     return lines
 
 
@@ -482,8 +498,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda (cuda:N) or cpu (default cuda)")
     p.add_argument("--parts", default="a,b,c,d", help="of a,b,c,d, comma separated")
-    p.add_argument("--budget", type=float, default=450.0,
-                   help="seconds for all the parts (default 450)")
+    p.add_argument("--budget", type=float, default=480.0,
+                   help="seconds for all the parts (default 480)")
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--steps", type=int, default=240, help="(a) steps (default 240)")
     p.add_argument("--parity-grid", default="seamount",
@@ -499,8 +515,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--train-gate", choices=("stand-in", "strict"), default="stand-in",
                    help="(c) without a certificate for the grid: measure under a stand-in, "
                         "or not at all")
-    p.add_argument("--verify-config", default=str(ROOT / "configs" / "train_tiny.nml"),
-                   help="(d) the config verified (default configs/train_tiny.nml)")
+    p.add_argument("--verify-config", default=None,
+                   help="(d) the config verified (default --train-config: (c) trains "
+                        "under (d)'s certificate)")
     p.add_argument("--verify-options", default="",
                    help="(d) more options for pompy verify, e.g. '--samples 1 --steps 1'")
     p.add_argument("--work", type=Path, default=None,
@@ -530,6 +547,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.steps, args.bench_steps, args.rounds, args.train_batches) < 1 or args.budget <= 0:
         benchmark.refuse("--steps, --bench-steps, --rounds, --train-batches and --budget: "
                          "at least 1")
+    args.verify_config = args.verify_config or args.train_config
     for name in ("train_config", "verify_config"):      # the children run in the root
         path = Path(getattr(args, name)).resolve()
         if not path.is_file():

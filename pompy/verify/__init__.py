@@ -17,6 +17,12 @@ policies (:mod:`pompy.verify.policies`)
     each gradient policy at each safe op, forward mode, the precedence of
     the levels, context isolation across threads and asyncio tasks.
 
+On a grid larger than pom2k's own 65 x 49, the routine and section checks
+draw their random states on a window of it (:func:`pompy.verify.states.window`
+says why that covers the grid); the set-ups, the whole run, the solver's
+self-checks and two whole steps' gradients (as directional derivatives)
+run on the whole grid.
+
 Each module's docstring gives its tolerances and why. Besides:
 :mod:`pompy.verify.checks` (the Check record and the relative error),
 :mod:`pompy.verify.routines` (the torch side of a pom2k call),

@@ -20,6 +20,7 @@ from pompy.verify.gradcheck import gradcheck_suite
 from pompy.verify.parity import parity_suite
 from pompy.verify.policies import policy_suite
 from pompy.verify.run import run_suite
+from pompy.verify.states import window
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -47,14 +48,17 @@ def check_input(config: Config, core: str, device: str, dtype: str, samples: int
 def verify(config: Config, core: str = cores.DEFAULT, device: str = "cpu", dtype: str = "float64",
            samples: int = DEFAULT_SAMPLES, steps: int = DEFAULT_STEPS, seed: int = 0,
            config_name: str = "CONFIG", report: Callable[[Check], None] | None = None,
-           checked: bool = False) -> tuple[list[Check], Path]:
+           checked: bool = False, progress: Callable[[str], None] | None = None
+           ) -> tuple[list[Check], Path]:
     """Run the four suites and write the certificate; (checks, its path).
-    The input is checked first (:func:`check_input`) unless ``checked``."""
+    The input is checked first (:func:`check_input`) unless ``checked``.
+    ``progress`` is told of each suite as it starts and ends (a line each)."""
     from pompy.oracle import Oracle
 
     if not checked:
         check_input(config, core, device, dtype, samples, steps)
     report = report or (lambda check: None)
+    progress = progress or (lambda line: None)
     torch_dtype = DTYPES[dtype]
     dev = torch.device(device)
     oracle = Oracle()
@@ -62,10 +66,15 @@ def verify(config: Config, core: str = cores.DEFAULT, device: str = "cpu", dtype
     started = time.perf_counter()
     checks, times = [], {}
 
+    counts = suite_checks(core)
+
     def timed(suite, fn, *args):
+        progress(f"{suite}: {counts[suite]} checks {suite_scope(suite, config)}")
         t0 = time.perf_counter()
         result = fn(*args)
         times[suite] = round(time.perf_counter() - t0, 3)
+        progress(f"{suite}: done in {times[suite]:.0f} s, {time.perf_counter() - started:.0f} s "
+                 "elapsed")
         return result
 
     checks += timed("parity", parity_suite, config, core, oracle, dev, torch_dtype, samples, seed,
@@ -80,6 +89,30 @@ def verify(config: Config, core: str = cores.DEFAULT, device: str = "cpu", dtype
     extra["summary"] = {"checks": len(checks), "failed": [c.name for c in checks if not c.passed]}
     path = write_certificate(key, [c.as_dict() for c in checks], extra)
     return checks, path
+
+
+def suite_checks(core: str) -> dict[str, int]:
+    """How many checks each suite has for ``core`` (from their own tables)."""
+    from pompy.verify import gradcheck, parity, policies, run
+
+    return {"parity": len(parity.check_names(core)), "run": len(run.check_names(core)),
+            "gradcheck": len(gradcheck.check_names(core)),
+            "policies": len(policies.check_names())}
+
+
+def suite_scope(suite: str, config: Config) -> str:
+    """Where a suite's checks run: the routine checks on a window of a large
+    grid (pompy.verify.states.WINDOW), the rest on the whole grid."""
+    grid = window(config)
+    whole = f"{config.im}x{config.jm}x{config.kb}"
+    drawn = f"{grid.im}x{grid.jm}x{grid.kb}" + ("" if grid is config else
+                                                 f", a window of the {whole} grid")
+    return {"parity": f"(routines and sections on random states of {drawn}; set-ups on {whole})",
+            "run": f"(the whole run on {whole})",
+            "gradcheck": f"(routines and sections on random states of {drawn}; two whole steps "
+                         f"on {whole}" + ("" if grid is config else
+                                          ", as directional derivatives") + ")",
+            "policies": "(the safe ops' gradient policies, on small tensors of their own)"}[suite]
 
 
 def _settings(config: Config, dev: torch.device, dtype: str, samples: int, steps: int, seed: int,
@@ -131,7 +164,8 @@ def run_command(args: VerifySettings) -> int:
     started = time.perf_counter()
     checks, path = verify(config, args.core, args.device, args.dtype, args.samples, args.steps,
                           args.seed, str(args.config),
-                          report=lambda check: print(row(check), flush=True), checked=True)
+                          report=lambda check: print(row(check), flush=True), checked=True,
+                          progress=lambda line: print(f"-- {line}", flush=True))
     failed = [c for c in checks if not c.passed]
     took = time.perf_counter() - started
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed in {took:.0f} s; "

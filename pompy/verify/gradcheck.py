@@ -1,7 +1,10 @@
 """The gradcheck suite: every routine's gradient cases (:data:`GRAD_CASES`),
 the sections of the core's free surface and internal_step, and two whole
 steps of the core, measured as pompy.verify.gradients does, in float64 on
-the device (re-implemented from tests/test_gradcheck.py). Inputs that move
+the device (re-implemented from tests/test_gradcheck.py). The cases draw
+their states on the config's grid or, where it is larger, on a window of
+it (pompy.verify.states.window); the two whole steps run on the whole grid,
+beyond the window as directional derivatives (:func:`_whole_steps_directional`). Inputs that move
 a kink are checked to leave the branches in place under 100 times
 gradcheck's step (a state where they do not is replaced by the next
 seed's, up to STATE_TRIES); the whole steps in fast mode, input by input.
@@ -23,10 +26,11 @@ from pompy.config import Config
 from pompy.core.external.implicit import SemiImplicit
 from pompy.core.external.split import SplitExplicit
 from pompy.verify.checks import Check, crashed, reported
-from pompy.verify.gradients import GD, GRAD_EPS, check_gradients, gradient_check, scalar_objective
+from pompy.verify.gradients import (GD, GRAD_EPS, check_gradients, directional_checks,
+                                    gradient_check, scalar_objective)
 from pompy.verify.routines import SECTIONS, routine_forward, section_forward
 from pompy.verify.run import developed
-from pompy.verify.states import as_tensors, random_state
+from pompy.verify.states import as_tensors, random_state, window, windowed
 
 SWITCH_REL = 1e-4        # kinks must stay put under 100x gradcheck's step
 STATE_TRIES = 3          # seeds tried for a state whose kinks stay put
@@ -367,7 +371,8 @@ def gradcheck_suite(config: Config, core: str, oracle, device, seed: int,
                     report: Callable[[Check], None]) -> list[Check]:
     """gradcheck of every routine, the core's sections and two whole steps,
     in float64 on the device (see the module docstring)."""
-    cases = reported((gradcheck_case(case, config, oracle, device, seed)
+    grid = window(config)             # two whole steps run on the whole grid
+    cases = reported((gradcheck_case(case, grid, oracle, device, seed)
                       for case in gradient_cases(core)), report)
     return cases + reported(whole_steps_gradcheck(config, core, device, seed), report)
 
@@ -387,7 +392,8 @@ def whole_steps_gradcheck(config: Config, core: str, device, seed: int) -> list[
     name = WHOLE_STEPS
     try:
         f, x0 = core_objective(developed(config, spec, device), wrt, steps=2, seed=seed)
-        return [_whole_steps_check(name, f, x0, wrt, seed)]
+        check = _whole_steps_directional if windowed(config) else _whole_steps_check
+        return [check(name, f, x0, wrt, seed)]
     except Exception as exc:
         return [crashed("gradcheck", name, 1.0, exc)]
 
@@ -395,22 +401,48 @@ def whole_steps_gradcheck(config: Config, core: str, device, seed: int) -> list[
 def _whole_steps_check(name: str, f: Callable, x0: tuple, wrt: tuple, seed: int) -> Check:
     """One direction through all the fields, then one through each input
     (fields and horcon): the worst directional error, every problem."""
-    m = check_gradients(lambda *fields: f(*fields, x0[-1]), x0[:-1], fast=True, seed=seed)
-    measured = {"all_fields": m}
-    ok = gradient_check("gradcheck", name, m)
-    worst = (m["directional"], "all fields")
-    problems = [] if ok.passed else [f"all fields: {ok.detail}"]
+    measured = {"all_fields": check_gradients(lambda *fields: f(*fields, x0[-1]), x0[:-1],
+                                              fast=True, seed=seed)}
     for i, field in enumerate(wrt + ("horcon",)):
         def one(xi, i=i):
             return f(*x0[:i], xi, *x0[i + 1:])
-        mi = check_gradients(one, (x0[i],), fast=field != "horcon", seed=seed,
-                             eps=HORCON_EPS if field == "horcon" else GRAD_EPS)
-        measured[field] = mi
-        ci = gradient_check("gradcheck", name, mi)
-        if mi["directional"] > worst[0] or math.isnan(mi["directional"]):
-            worst = (mi["directional"], field)
-        if not ci.passed:
-            problems.append(f"{field}: {ci.detail}")
+        measured[field] = check_gradients(one, (x0[i],), fast=field != "horcon", seed=seed,
+                                          eps=HORCON_EPS if field == "horcon" else GRAD_EPS)
+    return _worst_of(name, measured)
+
+
+WHOLE_GRID_DIRECTIONS = 2     # random directions through all the fields at once
+
+
+def _whole_steps_directional(name: str, f: Callable, x0: tuple, wrt: tuple, seed: int) -> Check:
+    """The whole steps on a grid beyond the window (gradcheck's own passes
+    cost minutes each there): one backward, then forward mode, reverse mode
+    and the central difference along WHOLE_GRID_DIRECTIONS random
+    directions through all the fields and one through each input alone
+    (horcon at HORCON_EPS); the worst, every problem."""
+    gen = torch.Generator().manual_seed(seed + 1)
+
+    def draw(x):
+        return torch.randn(x.shape, generator=gen, dtype=GD).to(x.device)
+    still = torch.zeros_like(x0[-1])          # horcon: its own direction
+    directions = {f"all fields {n + 1}": (tuple(draw(x) for x in x0[:-1]) + (still,), GRAD_EPS)
+                  for n in range(WHOLE_GRID_DIRECTIONS)}
+    for i, field in enumerate(wrt + ("horcon",)):
+        alone = tuple(draw(x) if k == i else torch.zeros_like(x) for k, x in enumerate(x0))
+        directions[field] = (alone, HORCON_EPS if field == "horcon" else GRAD_EPS)
+    return _worst_of(name, directional_checks(f, x0, directions))
+
+
+def _worst_of(name: str, measured: dict[str, dict]) -> Check:
+    """One check of several directions' figures: the worst directional
+    error, every problem."""
+    worst, problems = (-1.0, ""), []
+    for label, m in measured.items():
+        c = gradient_check("gradcheck", name, m)
+        if m["directional"] > worst[0] or math.isnan(m["directional"]):
+            worst = (m["directional"], label)
+        if not c.passed:
+            problems.append(f"{label}: {c.detail}")
     return Check("gradcheck", name, worst[0], 1.0, not problems,
                  "; ".join(problems) or f"worst: {worst[1]}",
                  {"inputs": {k: {kk: vv for kk, vv in v.items() if kk != "guard_layers"}

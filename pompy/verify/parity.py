@@ -1,10 +1,12 @@
 """The parity suite: every torch routine of :data:`pompy.core.stepping.ROUTINES`
 (and smol_adif, and the main-program sections of the core's free surface
 and internal_step) against the Fortran oracle on ``samples`` random but
-physically valid states (pompy.verify.states), each as pom2k's main
-program calls it (pompy.calls); the set-up routines (seamount, box,
-file2ic with depth, areas_masks, slpmax, grid_coordinates inside) through
-the set-up of each problem. A routine of ROUTINES without a case fails the
+physically valid states (pompy.verify.states) on the config's grid, or on
+a window of it where it is larger (pompy.verify.states.window: why that
+covers the grid is said there), each as pom2k's main program calls it
+(pompy.calls); the set-up routines (seamount, box, file2ic with depth,
+areas_masks, slpmax, grid_coordinates inside) through the set-up of each
+problem on the whole grid. A routine of ROUTINES without a case fails the
 "parity coverage" check.
 
 Tolerances. float64: every routine and section 1e-12 of each field's max
@@ -36,7 +38,7 @@ from pompy.core.external.split import SplitExplicit
 from pompy.verify.checks import Check, WorstField, crashed, relative_error, reported
 from pompy.verify.routines import section_forward, torch_routine
 from pompy.verify.states import (as_numpy, as_tensors, coordinates_state, open_state, random_state,
-                                 smol_parity_state)
+                                 smol_parity_state, window)
 from pompy.verify.twins import has_twin
 
 F64_TOL = 1e-12          # routines, sections and set-ups against the oracle, float64
@@ -287,7 +289,8 @@ def parity_suite(config: Config, core: str, oracle, device, dtype, samples: int,
     (its free surface's where the oracle has its twin, and internal_step)
     and the set-ups, on ``samples`` random states from ``seed``."""
     spec = cores.get(core)
-    states = [(s,) + random_state(s, config, oracle) for s in range(seed, seed + samples)]
+    grid = window(config)             # the set-ups run on the whole grid
+    states = [(s,) + random_state(s, grid, oracle) for s in range(seed, seed + samples)]
     sections = list(SECTIONS[spec.free_surface] if has_twin(oracle, spec) else [])
     return reported(_parity_checks(config, oracle, states, sections, device, dtype, seed, samples),
                     report)

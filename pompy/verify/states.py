@@ -7,6 +7,7 @@ smol_adif's inputs, grid_coordinates' arrays); Fortran-ordered float64
 numpy, moved to torch by :func:`as_tensors`."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,29 @@ import numpy as np
 import torch
 
 from pompy.config import Config, parameters
+
+# The largest grid the routine and section checks draw their random states
+# on (pom2k's own seamount grid). A routine is a local stencil whose code
+# branches only at the grid's edges (i = 1, 2, im-1, im and likewise in j)
+# and over the levels: a window with all four edges, an interior, every
+# level and the config's parameters runs every branch the whole grid runs;
+# the grid's size only lengthens the index ranges. What depends on the
+# whole grid is checked on it: the set-ups, the whole run against the twin,
+# the elevation solver's self-checks, two whole steps' gradients.
+WINDOW = (65, 49)
+
+
+def window(config: Config) -> Config:
+    """``config`` on at most WINDOW columns (its levels and parameters):
+    the grid the routine and section checks draw their states on."""
+    im, jm = min(config.im, WINDOW[0]), min(config.jm, WINDOW[1])
+    return config if (im, jm) == (config.im, config.jm) else \
+        dataclasses.replace(config, im=im, jm=jm)
+
+
+def windowed(config: Config) -> bool:
+    """Whether the routine checks of ``config`` run on a window of its grid."""
+    return window(config) is not config
 
 TWO_D = ("el elb elf et etb etf egf egb d ua uab uaf va vab vaf utb utf vtb vtf "
          "adx2d ady2d drx2d dry2d aam2d advua advva fluxua fluxva wubot wvbot "
