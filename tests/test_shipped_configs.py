@@ -10,8 +10,12 @@ Not the full ``pompy verify``: the solver settings a verify and a training
 run of that config start from.
 
 Measured (CPU, one thread, 2 steps, Jacobi PCG): train_tiny 72 iterations
-a solve (multigrid 9), train_360x240 240-248 (multigrid 12-13; 1.7 s a
-step with Jacobi, 1.2 s with multigrid). The reference CG of the verify's
+a solve (multigrid 9), train_360x240 240-248 (multigrid 12-13). Jacobi
+stays the default preconditioner: a step takes as long or less with it on
+every shipped config (one thread, the least of 3 windows of 3 steps, load
+3.3: train_tiny 17 ms against multigrid's 28, seamount 59 against 79,
+train_360x240 1641 against 1650), the solve being a small part of a step
+at these dti. The reference CG of the verify's
 sections at 360x240: 67 iterations at dti 60 s, 1046 at 600 s, 1672 at
 2000 s (with cg_maxiter 500 two sections failed: issue 50).
 """
