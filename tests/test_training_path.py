@@ -92,6 +92,16 @@ def test_the_readme_training_path_runs_end_to_end(core, oracle, tmp_path):
         rows = list(csv.DictReader(f))
     assert {r["Phase"] for r in rows} == {"Train", "Test"}, rows
     assert all(math.isfinite(float(r["TotalLoss"])) for r in rows)
+    # the closing line: the last test loss and its baseline as logged, where it wrote, what next
+    with open(run / "epoch_log.csv") as f:
+        last = list(csv.DictReader(f))[-1]
+    closing = trained.stdout.strip().splitlines()[-1]
+    assert closing.startswith(f"pompy train: done, {int(last['Epoch']) + 1} epochs; test loss "
+                              f"{float(last['TestLoss']):.6e} = "
+                              f"{float(last['RatioToBaseline']):.4g} x the baseline "), closing
+    # the config's loss_weights, the fields weighed 0 left out
+    assert "the loss is (1 u + 10 v + 2 t + 300 s + 3 el + 5 ua + 12 va), each" in closing
+    assert closing.endswith("evaluate with: pompy evaluate runs/train_tiny --data data/train_tiny")
     import torch
 
     saved = sorted(run.glob("checkpoint_*.pt"))

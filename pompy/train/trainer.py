@@ -332,6 +332,27 @@ class NPOMTrainerDDP:
             self.save_checkpoint(epoch)
             if self.is_main:
                 print(f"epoch {epoch}: {wall:.1f} s", flush=True)
+        if self.is_main and last == epochs and last > self.start_epoch:
+            print(self.closing_line(last - 1, test_loss), flush=True)
+
+    def closing_line(self, epoch: int, test_loss: float | None) -> str:
+        """What a finished run says last: its headline figure and what it
+        means, where it wrote, and how to evaluate it."""
+        o = self.settings.optimizer
+        output = self.settings.checkpoint.output
+        if test_loss is None:
+            figure = "no test split (test_fraction = 0): no test loss"
+        else:
+            ratio = (f" = {test_loss / self.baseline:.4g} x the baseline {self.baseline:.6e} "
+                     "(the physics alone)" if self.baseline else "")
+            figure = f"test loss {test_loss:.6e}{ratio}"
+        terms = " + ".join(f"{w:g} {n}" for n, w in o.weights.items() if w)
+        scale = "" if o.loss_display_scale == 1 else f"{o.loss_display_scale:g} x "
+        return (f"pompy train: done, {epoch + 1} epochs; {figure}; the loss is {scale}({terms}), "
+                "each the field's mean squared error (its own units) over the wet points of the "
+                f"target snapshots; checkpoints in {output} (checkpoint_last.pt: epoch {epoch}), logs "
+                f"{output / 'train_log.csv'} and {output / 'epoch_log.csv'}; evaluate with: "
+                f"pompy evaluate {output} --data {self.settings.data.data}")
 
     # -------------------------------------------------------------- checkpoints
     def save_checkpoint(self, epoch: int) -> Path | None:
