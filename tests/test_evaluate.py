@@ -203,6 +203,38 @@ def test_pompy_report_shows_a_training_run(trained, capsys):
     assert "ratio_to_baseline" in page and "target_model" in page
     assert "headline_ratio" in page and "held-out member(s) [2]" in page
     assert f"worst headline ratio {max(evaluation['headline_ratio']):.4g}" in page
+    # the certificate as a table, a row per key entry; the evaluation of the latest checkpoint
+    assert "<td>grid</td><td>8x7x5</td>" in page and "<td>source_hash</td>" in page
+    assert '{"' not in page.split("<h2>certificate</h2>")[1].split("<h2>")[0]
+    assert "class='stale'" not in page and body["latest_epoch"] == evaluation["epoch"] == 0
+
+
+def test_the_report_fits_the_window_and_marks_an_older_evaluation(trained, tmp_path, capsys):
+    """At 1000 and 1600 px the page scrolls not sideways (measured in
+    headless chromium); an evaluation of an earlier epoch than the run's
+    last checkpoint is marked as such on the page and in the output."""
+    from test_report import chromium, overflow
+    run, data = trained
+    if not (run / "evaluation.json").is_file():
+        assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES)]) == 0
+    assert cli.main(["report", str(run), "--output", str(tmp_path / "now")]) == 0
+    browser = chromium()
+    for width in (1000, 1600):
+        assert overflow(browser, tmp_path / "now" / "training_report.html", width, tmp_path) <= 0
+    older = json.loads((run / "evaluation.json").read_text())
+    older["epoch"] = -1                        # as an evaluation made before the last epoch
+    (tmp_path / "older").mkdir()
+    for name in run.iterdir():                 # the run, its evaluation from earlier
+        if name.is_file():
+            (tmp_path / "older" / name.name).write_bytes(name.read_bytes())
+    (tmp_path / "older" / "evaluation.json").write_text(json.dumps(older))
+    capsys.readouterr()
+    assert cli.main(["report", str(tmp_path / "older")]) == 0
+    said = capsys.readouterr().out
+    page = (tmp_path / "older" / "training_report.html").read_text()
+    marked = "this evaluation is of epoch -1"
+    assert marked in said and "not of the run's latest checkpoint, epoch 0" in said
+    assert "class='stale'" in page and marked in page
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -136,6 +136,21 @@ def chromium() -> str:
     return path
 
 
+def overflow(browser: str, page: Path, width: int, folder: Path) -> int:
+    """How many CSS pixels ``page`` is wider than a ``width`` px window (0:
+    no horizontal scrolling): a copy in ``folder`` with a script that puts
+    the difference in its title, read from headless chromium's DOM."""
+    probe = folder / f"{page.stem}_{width}.html"
+    script = ("<script>document.title = 'W' + (document.documentElement.scrollWidth - "
+              "window.innerWidth) + 'W';</script></body>")
+    probe.write_text(page.read_text().replace("</body>", script))
+    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--hide-scrollbars", f"--window-size={width},900", "--dump-dom",
+                          probe.as_uri()], check=True, capture_output=True, text=True,
+                         timeout=120).stdout
+    return int(re.search(r"<title>W(-?\d+)W</title>", out).group(1))
+
+
 def screenshot(browser: str, page: Path, png: Path) -> None:
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     f"--screenshot={png}", "--window-size=1400,9000", page.as_uri()],

@@ -13,7 +13,9 @@ td, th { border: 1px solid #bbb; padding: 2px 6px; text-align: left; vertical-al
 th { background: #eee; }
 td.num { text-align: right; font-family: monospace; white-space: nowrap; }
 .pass { background: #d8f0d8; } .fail { background: #f6d0d0; } .info { background: #eee; }
-img { display: block; margin: 0.3em 0 1.2em; border: 1px solid #ddd; }
+img { display: block; margin: 0.3em 0 1.2em; border: 1px solid #ddd; max-width: 100%; height: auto; }
+td { overflow-wrap: anywhere; }
+.stale { background: #fbe9c8; padding: 0.4em 0.6em; }
 pre { background: #f6f6f6; padding: 0.6em; font-size: 12px; overflow-x: auto; }
 """
 

@@ -129,6 +129,7 @@ def make_training_report(run: Path, output: Path | None = None) -> dict:
         "options": {k: v for k, v in options.items() if not isinstance(v, (dict, list))},
         "provenance": provenance(options) if options else {},
         "evaluation": json.loads(evaluation.read_text()) if evaluation.is_file() else None,
+        "latest_epoch": body.get("epoch"),
     }
     (output / FILES[1]).write_text(json.dumps(report, indent=1, default=str) + "\n")
     (output / FILES[0]).write_text(render(report, loss_figure(c), run / "evaluation.png"))
@@ -151,6 +152,10 @@ def render(report: dict, losses_png: bytes, evaluation_png: Path) -> str:
     if ev is None:
         parts.append(f"<p>not evaluated: pompy evaluate {escape(report['run'])} --data DATA</p>")
     else:
+        stale = stale_evaluation(ev, report.get("latest_epoch"))
+        if stale:
+            parts.append(f"<p class='stale'>{escape(stale)}: pompy evaluate "
+                         f"{escape(report['run'])} --data DATA evaluates it</p>")
         if evaluation_png.is_file():
             parts.append(html_img(evaluation_png.read_bytes(), "evaluation"))
         # an evaluation.json from before the headline measure has none
@@ -168,8 +173,9 @@ def render(report: dict, losses_png: bytes, evaluation_png: Path) -> str:
                                  for i, lead in enumerate(ev["lead_seconds"])]))
     cert = report["certificate"]
     parts += ["<h2>certificate</h2>",
-              html_table(["id", "key"], [[cert.get("id", "-"),
-                                      json.dumps(cert.get("key", {}), sort_keys=True)]]),
+              html_table(["", "value"], [["id", cert.get("id", "-")],
+                                         *([k, str(v)] for k, v in
+                                           sorted(cert.get("key", {}).items()))]),
               "<h2>data provenance</h2>",
               html_table(["attribute", "value"], [[k, str(v)] for k, v in
                                               report["provenance"].items()]),
@@ -177,6 +183,17 @@ def render(report: dict, losses_png: bytes, evaluation_png: Path) -> str:
               html_table(["option", "value"], [[k, str(v)] for k, v in report["options"].items()]),
               "</body></html>"]
     return "\n".join(parts)
+
+
+def stale_evaluation(evaluation: dict, latest_epoch: int | None) -> str | None:
+    """Why ``evaluation`` is not of the run's latest checkpoint (of
+    ``latest_epoch``), or None where it is."""
+    epoch = evaluation.get("epoch")
+    if latest_epoch is None or epoch == latest_epoch:
+        return None
+    which = "of an unrecorded epoch" if epoch is None else f"of epoch {epoch}"
+    return (f"this evaluation is {which} ({evaluation.get('checkpoint', '?')}), not of the "
+            f"run's latest checkpoint, epoch {latest_epoch}")
 
 
 def run_command(run: Path, output: Path | None) -> int:
@@ -188,4 +205,7 @@ def run_command(run: Path, output: Path | None) -> int:
           f"last test/baseline {last:.4g}" + (
               f", worst ratio_to_baseline {max(report['evaluation']['ratio_to_baseline']):.4g}"
               if report["evaluation"] else ", not evaluated"))
+    stale = report["evaluation"] and stale_evaluation(report["evaluation"], report["latest_epoch"])
+    if stale:
+        print(f"pompy report: {stale}")
     return 0
