@@ -121,6 +121,10 @@ def test_verify_writes_a_passing_certificate(verified, home):
         assert f"\n-- {suite}: {count} checks (" in out, suite
         assert f"\n-- {suite}: done in " in out, suite
     assert "random states of 8x7x5; set-ups on 8x7x5" in out and "window" not in out
+    # every check's whole name (the longest 87 characters), and what the figures measure
+    longest = max((c["name"] for c in checks), key=len)
+    assert any(line.startswith(longest + " ") for line in out.splitlines()), longest
+    assert "in units of gradcheck's tolerance (1e-5 + 1e-3 x |the central difference|)" in out
     # the oracle was not rebuilt in the temporary home
     assert not (home / "oracle").exists()
 

@@ -135,14 +135,24 @@ def _settings(config: Config, dev: torch.device, dtype: str, samples: int, steps
     }
 
 
-def row(check: Check) -> str:
-    """One table row: check, figure, tolerance, pass/fail (and the detail of a failure)."""
-    line = (f"{check.name:<62.62} {check.figure:>10.3g} {check.tolerance:>10.3g}  "
+def row(check: Check, width: int) -> str:
+    """One table row: check (a ``width`` column), figure, tolerance,
+    pass/fail (and the detail of a failure)."""
+    line = (f"{check.name:<{width}} {check.figure:>10.3g} {check.tolerance:>10.3g}  "
             f"{'pass' if check.passed else 'FAIL'}")
     return line if check.passed else f"{line}  {check.detail}"
 
 
-HEADER = f"{'check':<62} {'figure':>10} {'tolerance':>10}  result"
+def header(width: int) -> str:
+    return f"{'check':<{width}} {'figure':>10} {'tolerance':>10}  result"
+
+
+# what the figures are, printed under the header
+LEGEND = ("figure: parity and run, the largest difference from the Fortran relative to the "
+          "field's largest magnitude (the worst field); gradcheck, the directional "
+          "derivative's error in units of gradcheck's tolerance (1e-5 + 1e-3 x |the central "
+          "difference|), so 1 is the bar; policies, the gradient's difference from the policy's, "
+          "or the count of cases gone wrong")
 
 
 def run_command(args: VerifySettings) -> int:
@@ -160,11 +170,15 @@ def run_command(args: VerifySettings) -> int:
     print(f"pompy verify: {args.config} ({config.im}x{config.jm}x{config.kb}), core {args.core}, "
           f"{args.device}, {args.dtype}, {args.samples} random states per routine, "
           f"{args.steps} steps", flush=True)
-    print(HEADER, flush=True)
+    from pompy.verify.certificate import check_names
+
+    width = max(len(name) for name in check_names(args.core))
+    print(LEGEND, flush=True)
+    print(header(width), flush=True)
     started = time.perf_counter()
     checks, path = verify(config, args.core, args.device, args.dtype, args.samples, args.steps,
                           args.seed, str(args.config),
-                          report=lambda check: print(row(check), flush=True), checked=True,
+                          report=lambda check: print(row(check, width), flush=True), checked=True,
                           progress=lambda line: print(f"-- {line}", flush=True))
     failed = [c for c in checks if not c.passed]
     took = time.perf_counter() - started
