@@ -8,8 +8,7 @@ the reader: give SnapshotDataset the folder, or the files, and it takes
 the union of their members (checking that they come from the same
 config and sources and share no member).
 
-A file (CF-1.8 NetCDF, pompy.io's conventions, uncompressed so that a
-snapshot is one contiguous read) holds:
+A file (CF-1.8 NetCDF, pompy.io's conventions) holds:
 
     dims      member, time, x, y, sigma, sigma_w (= the config's im, jm, kb, kb)
     member(member)              int32  the member's index in the ensemble (0: unperturbed)
@@ -35,7 +34,17 @@ snapshot is one contiguous read) holds:
     the state (member, time, ...) f8   every other "snapshot" variable (what
                                        Core.restore needs to continue bit for bit):
                                        el, elb, ..., u, ub, ..., t, tb, ..., q2l,
-                                       km, ..., the boundary values ele, ..., sbs
+                                       km, ..., the boundary values ele, ..., sbs,
+                                       at the start snapshots (below); the target
+                                       fields alone at the others
+
+Start snapshots. A sample starts only where the whole state is held:
+snapshot n with n % ``starts_every`` == 0 (the attribute; 1, every
+snapshot, where absent). The snapshots between hold only the fields a
+trainer scores, ``target_variables`` (an attribute where starts_every >
+1: pompy.train.losses.LOSS_FIELDS), and their physics' b levels where
+held; the other variables' chunks there are never written, so they take
+no space (and read as the fill value).
 
 Where the physics' step (the config's dti) is a whole number >= 2 of the
 reference's (``physics_step_ratio``, dividing the snapshot spacing and
@@ -66,19 +75,22 @@ coarse-grained onto it: pompy.generate.refine), ``config_dti`` and ``config_dte`
 (the steps of the config it was generated for: a reference at a shorter
 dti than the physics that trains on it, pompy.generate.reference_config), ``members`` (in the whole ensemble), ``seed``,
 ``perturb``, ``amplitude``, ``perturbation`` (in words), ``rank``,
-``world_size``, ``state_variables``, ``grid_variables`` and ``grid_hash``
-(pompy.provenance.grid_hash of the grid as written: h, dx, dy, fsm).
+``world_size``, ``state_variables``, ``grid_variables``, ``grid_hash``
+(pompy.provenance.grid_hash of the grid as written: h, dx, dy, fsm) and,
+where starts_every > 1, ``starts_every`` and ``target_variables``.
 
 A trainer reads it as it reads a restart: the config that trains on it
 must be the one it was made for (pompy.train.data: its state parameters,
 the physics' steps, the grid), and every value it reads is finite
 (:class:`NonFiniteData`, naming member, snapshot and field, otherwise).
 
-A sample of ``SnapshotDataset(paths, horizon=T)`` starts at snapshot n of
-one member and holds the next T snapshots of that member: samples never
-cross members, so a member of R snapshots gives R - T samples (none if
-R <= T). Sample i counts through the files in the order given (a folder's
-files by rank), their members in file order, then the start n::
+A sample of ``SnapshotDataset(paths, horizon=T)`` starts at a start
+snapshot n of one member and holds the next T snapshots of that member:
+samples never cross members, so a member of R snapshots gives one sample
+for each start n with n + T <= R - 1 (R - T of them where every snapshot
+is a start; none if R <= T). Sample i counts through the files in the
+order given (a folder's files by rank), their members in file order, then
+the start n::
 
     ds = SnapshotDataset("data/", horizon=2)
     sample = ds[0]
@@ -92,9 +104,10 @@ files by rank), their members in file order, then the start n::
     core.restore(ds.restore_record(sample))               # a core at snapshot n ...
     core.params = dict(core.params, **member_params(sample))   # ... under its forcing: bit for bit
 
-``fields`` chooses the target fields (default: the prognostic fields of
-pompy.variables). Files are opened lazily, in the process that reads
-(each DataLoader worker opens its own; nothing open is pickled).
+``fields`` chooses the target fields, of those held at every snapshot
+(default: the prognostic fields of pompy.variables among them). Files are
+opened lazily, in the process that reads (each DataLoader worker opens its
+own; nothing open is pickled).
 """
 from __future__ import annotations
 
@@ -135,6 +148,19 @@ def state_fields() -> list[str]:
     variable (what Core.restore needs) that is not grid."""
     grid = set(grid_fields())
     return [n for n in variables.names("snapshot") if n not in grid]
+
+
+def is_start(n: int, starts_every: int) -> bool:
+    """Whether snapshot n holds the whole state (a sample may start there)."""
+    return n % starts_every == 0
+
+
+def held_variables(names: Iterable[str], levels: Iterable[str]) -> list[str]:
+    """The variables that hold ``names`` at a snapshot: each, then its
+    physics' b level where the file has one (``levels``: the names that do)."""
+    levels = set(levels)
+    return [stored for name in names
+            for stored in ((name, b_level_name(name)) if name in levels else (name,))]
 
 
 def dataset_file(output_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
@@ -202,10 +228,24 @@ class _FileInfo:
             # the physics' own leapfrog b levels (pompy.generate: physics_step_ratio)
             self.levels = [n for n in self.state if b_level_name(n) in ds.variables]
             self.grid = ds.grid_variables.split()
+            self.starts_every = int(getattr(ds, "starts_every", 1))
+            # what every snapshot holds; the others only the start snapshots
+            self.targets = (ds.target_variables.split() if self.starts_every > 1
+                            else list(self.state))
+
+    def starts(self, horizon: int) -> list[int]:
+        """The snapshots a sample of ``horizon`` targets starts at."""
+        return list(range(0, len(self.iint) - horizon, self.starts_every))
+
+    def held(self, n: int) -> list[str]:
+        """The variables snapshot n holds (b levels included)."""
+        names = self.state if is_start(n, self.starts_every) else self.targets
+        return held_variables(names, self.levels)
 
     def same_run(self, other: _FileInfo) -> str | None:
         """What differs between two files of one dataset, or None."""
-        for what in ("namelist", "source_hash", "core", "state", "grid", "time0"):
+        for what in ("namelist", "source_hash", "core", "state", "grid", "time0",
+                     "starts_every", "targets"):
             if getattr(self, what) != getattr(other, what):
                 return what
         if not np.array_equal(self.iint, other.iint):
@@ -240,13 +280,19 @@ class SnapshotDataset(Dataset):
         first = self._files[0]
         self.state_fields = list(first.state)
         self.fields = list(fields) if fields is not None else \
-            [n for n in variables.names("prognostic") if n in first.state]
+            [n for n in variables.names("prognostic") if n in first.targets]
         unknown = [n for n in self.fields if n not in first.state]
         if unknown:
             raise ValueError(f"fields {', '.join(unknown)} are not in the dataset; it has "
                              f"{', '.join(first.state)}")
-        # samples per member: starts 0 .. R-1-T
-        self._per_member = max(len(first.iint) - self.horizon, 0)
+        unheld = [n for n in self.fields if n not in first.targets]
+        if unheld:
+            raise ValueError(f"fields {', '.join(unheld)} are held only where a sample "
+                             f"starts (snapshots n with n % {first.starts_every} == 0), not at "
+                             f"every snapshot as targets are: ask for some of "
+                             f"{', '.join(first.targets)}")
+        self._starts = first.starts(self.horizon)        # each member's, the same in every file
+        self._per_member = len(self._starts)
         self._members = [(f, local) for f, info in enumerate(self._files)
                          for local in range(len(info.members))]
         self._handles: dict[int, netCDF4.Dataset] = {}
@@ -284,7 +330,8 @@ class SnapshotDataset(Dataset):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"sample {index} of {len(self)}")
-        (f, local), n = self._members[index // self._per_member], index % self._per_member
+        (f, local) = self._members[index // self._per_member]
+        n = self._starts[index % self._per_member]
         info, ds, span = self._files[f], self._open(f), slice(n + 1, n + 1 + self.horizon)
         offset = info.offsets[local]             # the member's own spin-up beyond the common one
         days = offset * info.dti / 86400.0
@@ -320,9 +367,8 @@ class SnapshotDataset(Dataset):
                 if member not in wanted:
                     continue
                 for n in range(len(info.iint)):
-                    for name in self.state_fields:
-                        for stored in (name, b_level_name(name)) if name in info.levels else (name,):
-                            _check_finite(ds[stored][local, n], info, local, stored, n)
+                    for stored in info.held(n):          # never a chunk left unwritten
+                        _check_finite(ds[stored][local, n], info, local, stored, n)
 
     @functools.cached_property
     def grid_hash(self) -> str:

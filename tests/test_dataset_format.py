@@ -1,11 +1,16 @@
 """The dataset file's storage (pompy.generate.writer): each member's
 snapshot of each variable one zlib chunk, so that a sample reads its own
 snapshots and no others; a sample's start restores bit for bit from the
-compressed file. An 8x7x5 seamount, 2 members, 4 snapshots 3 steps apart,
-with the physics' b levels (physics dti 2 x the reference's)."""
+compressed file. With ``--starts_every 2`` the snapshots between starts
+hold the targets alone, their other chunks unwritten; samples start only
+where the whole state is, restore bit for bit from it, and --resume goes
+on from the last one. An 8x7x5 seamount, 2 members, 4 snapshots 4 steps
+apart, with the physics' b levels (physics dti 2 x the reference's)."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import zlib
 from contextlib import closing
 from pathlib import Path
 
@@ -18,10 +23,19 @@ from pompy.cli import main
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
 from pompy.dataset import NonFiniteData, SnapshotDataset, b_level_name, state_fields
-from pompy.generate.writer import SNAPSHOT_COMPRESSION
+from pompy.generate.writer import SNAPSHOT_COMPRESSION, estimate_dataset_bytes
+from pompy.train.losses import LOSS_FIELDS
 
 ROOT = Path(__file__).parents[1]
 STEPS = 4          # reference steps of 18 s between snapshots
+SNAPSHOTS = 4
+LEVELS = ("ub", "vb", "tb", "sb", "q2b", "q2lb")      # the physics' b levels the files hold
+
+
+def generate_args(config: Path, output: Path, *extra: str) -> list[str]:
+    return ["generate", str(config), "--days", repr((SNAPSHOTS - 1) * STEPS * 18 / 86400),
+            "--every", repr(STEPS * 18 / 86400), "--output", str(output), "--members", "2",
+            "--reference_dti", "18", "--reference_dte", "6", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +44,16 @@ def made(tmp_path_factory):
     config = folder / "tiny.nml"
     dataclasses.replace(load_config(ROOT / "configs" / "seamount.nml"), im=8, jm=7, kb=5, kl1=2,
                         kl2=3, isplit=6, dte=6.0, ispadv=3).to_namelist().write(config)
-    every = repr(STEPS * 18 / 86400)
-    assert main(["generate", str(config), "--days", repr(3 * STEPS * 18 / 86400), "--every",
-                 every, "--output", str(folder / "data"), "--members", "2", "--reference_dti",
-                 "18", "--reference_dte", "6"]) == 0
+    assert main(generate_args(config, folder / "data")) == 0
     return config, folder / "data" / "dataset.nc"
+
+
+@pytest.fixture(scope="module")
+def starts(made, tmp_path_factory):
+    """The same generation with --starts_every 2: snapshots 0 and 2 whole."""
+    folder = tmp_path_factory.mktemp("starts")
+    assert main(generate_args(made[0], folder, "--starts_every", "2")) == 0
+    return folder / "dataset.nc"
 
 
 def test_each_snapshot_of_each_variable_is_one_compressed_chunk(made):
@@ -86,3 +105,147 @@ def test_a_samples_start_restores_bit_for_bit(made):
             core.run_generation_day(STEPS, capture_interval=0)
             for name in state_fields():
                 assert torch.equal(core.state[name], sample["target"][name][0]), (index, name)
+
+
+# ------------------------------------------------------------------ --starts_every 2
+TARGETS = [*LOSS_FIELDS, "ub_dti", "vb_dti"]     # what a trainer scores, with its b levels
+WHOLE = [*state_fields(), *map(b_level_name, LEVELS)]
+
+
+def held(n: int) -> list[str]:
+    """What snapshot n of a --starts_every 2 file holds."""
+    return WHOLE if n % 2 == 0 else TARGETS
+
+
+@pytest.mark.parametrize("physics_levels", [False, True])
+def test_samples_start_only_where_the_whole_state_is(made, starts, physics_levels):
+    """Horizon 1: starts 0 and 2; horizon 2: start 0 alone (2 + 2 > 3).
+    Each sample, state and targets, is the every-snapshot file's sample of
+    the same member and start, to the bit."""
+    _, whole = made
+    for horizon, want in ((1, [0, 2]), (2, [0])):
+        with closing(SnapshotDataset(starts, horizon, LOSS_FIELDS, physics_levels)) as ds, \
+                closing(SnapshotDataset(whole, horizon, LOSS_FIELDS, physics_levels)) as every:
+            assert len(ds) == 2 * len(want)
+            for i in range(len(ds)):
+                member, n = i // len(want), want[i % len(want)]
+                got, ref = ds[i], every[member * (SNAPSHOTS - horizon) + n]
+                assert (got["member"], got["iint"]) == (ref["member"], ref["iint"]) \
+                    == (member, n * STEPS)
+                for part in ("state", "target"):
+                    assert got[part].keys() == ref[part].keys()
+                    for name in ref[part]:
+                        assert torch.equal(got[part][name], ref[part][name]), (i, part, name)
+
+
+def test_targets_are_what_every_snapshot_holds(starts):
+    """By default the prognostic fields among the targets; a field held only
+    at the starts is refused as a target, saying which are held."""
+    with closing(SnapshotDataset(starts, 1)) as ds:
+        assert sorted(ds.fields) == sorted(LOSS_FIELDS)
+    with pytest.raises(ValueError, match="tb are held only where a sample starts .* u, ub, v"):
+        SnapshotDataset(starts, 1, fields=["u", "tb"])
+
+
+def test_a_start_restores_bit_for_bit_to_the_next_start(made, starts):
+    """The reference restored from member 1's start 0 and run on: the
+    targets at snapshot 1 and the whole state at snapshot 2, the next
+    start, to the last bit."""
+    config, _ = made
+    reference = dataclasses.replace(load_config(config), dte=6.0, isplit=3)
+    with closing(SnapshotDataset(starts, horizon=1, fields=LOSS_FIELDS)) as ds:
+        first, second = ds[2], ds[3]
+        assert (first["member"], first["iint"], second["member"], second["iint"]) == \
+            (1, 0, 1, 2 * STEPS)
+        core = ExplicitCore(reference)
+        core.run_initialization()
+        core.restore(ds.restore_record(first))
+        core.run_generation_day(STEPS, capture_interval=0)
+        for name in LOSS_FIELDS:
+            assert torch.equal(core.state[name], first["target"][name][0]), name
+        core.run_generation_day(STEPS, capture_interval=0)
+        for name in state_fields():
+            assert torch.equal(core.state[name], second["state"][name]), name
+
+
+def test_between_starts_only_the_targets_take_space(made, starts):
+    """At snapshots 1 and 3 every variable but the targets reads as the
+    fill value (its chunk never written), the targets are the
+    every-snapshot file's; the file is smaller than that file by the
+    chunks left out as HDF5 stores them (shuffled, then deflated at level
+    1: zlib here), within 1 % (measured: to the byte). The size estimate
+    drops by their values' bytes."""
+    config, whole = made
+    saved = values = 0
+    with netCDF4.Dataset(whole) as every, netCDF4.Dataset(starts) as ds:
+        every.set_auto_mask(False)
+        ds.set_auto_mask(False)
+        for name in WHOLE:
+            for member in (0, 1):
+                for n in (1, 3):
+                    if name in TARGETS:
+                        assert np.array_equal(ds[name][member, n], every[name][member, n])
+                        continue
+                    assert (ds[name][member, n] == netCDF4.default_fillvals["f8"]).all(), name
+                    a = np.ascontiguousarray(every[name][member, n], dtype="<f8")
+                    shuffled = a.view(np.uint8).reshape(-1, 8).T.tobytes()
+                    saved += len(zlib.compress(shuffled, SNAPSHOT_COMPRESSION["complevel"]))
+                    values += a.nbytes
+    shrank = whole.stat().st_size - starts.stat().st_size
+    assert abs(shrank - saved) < 0.01 * saved, (shrank, saved)
+    c = load_config(config)
+    assert estimate_dataset_bytes(c, 2, SNAPSHOTS, True) - \
+        estimate_dataset_bytes(c, 2, SNAPSHOTS, True, 2) == values
+
+
+def test_a_sample_reads_no_chunk_it_does_not_hold(starts, tmp_path):
+    """In a copy, NaN into w at member 0's snapshot 1 (between starts, where
+    no sample reads w) and into t at its snapshot 3: the sample of start 0
+    reads as before, the one of start 2 is refused naming snapshot 3, and
+    so is the whole check, which never reads w there."""
+    with closing(SnapshotDataset(starts, horizon=1)) as ds:
+        before = ds[0]
+    copy = tmp_path / "dataset.nc"
+    shutil.copyfile(starts, copy)
+    with netCDF4.Dataset(copy, "a") as ds:
+        for name, n in (("w", 1), ("t", 3)):
+            ds[name][0, n] = np.full(ds[name].shape[2:], np.nan)
+    with closing(SnapshotDataset(copy, horizon=1)) as ds:
+        after = ds[0]
+        for part in ("state", "target"):
+            for name in before[part]:
+                assert torch.equal(after[part][name], before[part][name]), name
+        with pytest.raises(NonFiniteData, match="member 0, snapshot 3 .*, field t "):
+            ds[1]
+        with pytest.raises(NonFiniteData, match="member 0, snapshot 3 .*, field t "):
+            ds.check_finite()
+
+
+@pytest.mark.parametrize("core", ["explicit", "implicit"])     # members together, one by one
+def test_resume_goes_on_from_the_last_start(made, tmp_path, capsys, core):
+    """A partial file whose member 0 ends at snapshot 2, a start, and member
+    1 at snapshot 1, between starts (what each holds beyond that spoilt
+    with NaN): --resume without --starts_every 2 is refused, with it
+    writes the uninterrupted generation's file, every variable to the
+    bit."""
+    config = made[0]
+    args = ("--starts_every", "2", "--core", core)
+    assert main(generate_args(config, tmp_path / "whole", *args)) == 0
+    whole = tmp_path / "whole" / "dataset.nc"
+    partial = tmp_path / "resumed" / "dataset.nc.partial"
+    partial.parent.mkdir()
+    shutil.copyfile(whole, partial)
+    with netCDF4.Dataset(partial, "a") as ds:
+        ds["snapshots"][:] = [3, 2]
+        for member, n in ((0, 3), (1, 2), (1, 3)):
+            for name in held(n):
+                ds[name][member, n] = np.full(ds[name].shape[2:], np.nan)
+    assert main(generate_args(config, partial.parent, "--core", core, "--resume")) == 2
+    assert "made with starts_every = 2, this generation has 1" in capsys.readouterr().err
+    assert main(generate_args(config, partial.parent, *args, "--resume")) == 0
+    with netCDF4.Dataset(whole) as want, netCDF4.Dataset(partial.parent / "dataset.nc") as got:
+        want.set_auto_mask(False)
+        got.set_auto_mask(False)
+        assert list(got.variables) == list(want.variables)
+        for name in want.variables:
+            assert np.array_equal(got[name][...], want[name][...]), name

@@ -319,6 +319,22 @@ def test_the_size_estimate_is_printed_first_and_bounds_the_file(made):
     assert 1.2 < estimate / path.stat().st_size < 3
 
 
+def test_the_size_line_counts_what_starts_every_writes(made, tmp_path, capsys):
+    """--starts_every 2, one member: the line says so, in the singular, its
+    estimate below a member's share of the every-snapshot estimate (by the
+    values left out: tests/test_dataset_format.py measures the file)."""
+    config, _, err = made
+    assert main(generate_args(config, tmp_path, "--members", 1, "--starts_every", 2)) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert f"(1 member x {RECORDS + 1} snapshots, every {EVERY_STEPS} steps" in first, first
+    assert first.endswith("; the whole state every 2 snapshots, the targets between)"), first
+    assert f"({MEMBERS} members x {RECORDS + 1} snapshots" in err.splitlines()[0]
+
+    def estimate(line: str) -> float:
+        return float(line.split("at most ")[1].split(" MB")[0]) * 1e6
+    assert estimate(first) < estimate(err.splitlines()[0]) / MEMBERS
+
+
 def test_help_documents_the_perturbations(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
@@ -713,6 +729,7 @@ def test_the_generate_group_needs_no_flags_and_flags_override_it(made, tmp_path)
 
 @pytest.mark.parametrize("settings, message", [
     ({"membres": 2}, "&generate has unknown setting 'membres'"),
+    ({"starts_every": 0}, "--starts_every 0: must be >= 1"),
     ({"members": "two"}, "&generate members = 'two': expected an integer"),
     ({"reference_dti": 10.0, "reference_dte": 3.0}, "reference_dti = 10 s is not a whole number"),
     ({}, "--days: give it, or set days in the config's &generate group"),
@@ -754,21 +771,32 @@ def _slow_args(config: Path, output: Path, *extra) -> list[str]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(made, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("uninterrupted")
-    assert main(_slow_args(made[0], folder)) == 0
-    return read(folder / "dataset.nc")
+    """The uninterrupted generation's file, by the extra flags given (each made once)."""
+    files = {}
+
+    def of(*extra: str) -> dict[str, np.ndarray]:
+        if extra not in files:
+            folder = tmp_path_factory.mktemp("uninterrupted")
+            assert main(_slow_args(made[0], folder, *extra)) == 0
+            files[extra] = read(folder / "dataset.nc")
+        return files[extra]
+    return of
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum, extra", [(signal.SIGTERM, ()), (signal.SIGINT, ()),
+                                           (signal.SIGTERM, ("--starts_every", "2"))])
 def test_an_interrupted_generation_keeps_its_snapshots_and_resumes_to_the_same_bits(
-        made, uninterrupted, tmp_path, signum):
+        made, uninterrupted, tmp_path, signum, extra):
     """The signal sent for real to a `python -m pompy generate` process once
     member 0 is done: exit 128 + signal, one line saying what was kept and
     the command that continues, no temporary file, no dataset.nc, member 0
     whole in dataset.nc.partial; --resume then writes the uninterrupted
-    run's dataset to the bit (every variable) and removes the partial file."""
+    run's dataset to the bit (every variable) and removes the partial file.
+    With --starts_every 2 too, where member 1 may stop between starts
+    (tests/test_dataset_format.py makes that case for certain)."""
     out = tmp_path / "d"
-    proc = subprocess.Popen([sys.executable, "-m", "pompy", *_slow_args(made[0], out)],
+    uninterrupted = uninterrupted(*extra)
+    proc = subprocess.Popen([sys.executable, "-m", "pompy", *_slow_args(made[0], out, *extra)],
                             stderr=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stderr:
@@ -788,7 +816,7 @@ def test_an_interrupted_generation_keeps_its_snapshots_and_resumes_to_the_same_b
     assert partial["snapshots"][0] == 9 and partial["snapshots"][2] < 9
     for name in state_fields():
         assert np.array_equal(partial[name][0], uninterrupted[name][0]), name
-    assert main(_slow_args(made[0], out, "--resume")) == 0
+    assert main(_slow_args(made[0], out, *extra, "--resume")) == 0
     assert sorted(p.name for p in out.iterdir()) == ["dataset.nc"]
     resumed = read(out / "dataset.nc")
     assert resumed.keys() == uninterrupted.keys()
@@ -809,6 +837,9 @@ def test_resume_needs_a_partial_file_and_the_same_settings(made, tmp_path, capsy
     assert main(_slow_args(config, tmp_path, "--resume", "--seed", "8")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "made with seed = 7" in err, err
+    assert main(_slow_args(config, tmp_path, "--resume", "--starts_every", "2")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "made with starts_every = 1, this generation has 2" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset.nc.partial"]
 
 

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ import torch
 
 from pompy import cli, provenance, variables
 from pompy.config import load_config, namelist_literal
+from pompy.dataset import SnapshotDataset
 from pompy.generate import generate
 from pompy import train
 from pompy.train import (CSV_COLUMNS, LOSS_WEIGHTS, NPOMTrainerDDP, apply_correction_to_pom,
@@ -46,15 +48,17 @@ def tiny_config():
                                cg_tol=1e-14)
 
 
-def tiny_dataset(folder: Path, core: str) -> tuple[Path, Path, Path]:
-    """(folder, pom2k config file, dataset folder) of the tiny config on ``core``."""
+def tiny_dataset(folder: Path, core: str, **settings) -> tuple[Path, Path, Path]:
+    """(folder, pom2k config file, dataset folder) of the tiny config on
+    ``core`` (and the &generate ``settings`` given)."""
     config = tiny_config()
     config.to_namelist().write(folder / "tiny.nml")
     every = 2 * DTI / 86400
     from pompy.settings import GenerateSettings, read
     generate(config, read(GenerateSettings, {
         "config": folder / "tiny.nml", "output": folder / "data", "days": (SNAPSHOTS - 1) * every,
-        "every": every, "core": core, "members": MEMBERS}), log=open(os.devnull, "w"))
+        "every": every, "core": core, "members": MEMBERS, **settings}),
+        log=open(os.devnull, "w"))
     return folder, folder / "tiny.nml", folder / "data"
 
 
@@ -191,6 +195,35 @@ def test_without_corrections_the_physics_reproduces_the_dataset(made, home, tmp_
         for name, mse in zip(LOSS_WEIGHTS, values[1:]):
             assert mse <= 1e-18 * max(scale[name], 1e-30) + 1e-30, (name, mse, scale[name])
         assert set(fields) == {f"{n.upper()}_MSE" for n in LOSS_WEIGHTS}
+    finally:
+        trainer.cleanup()
+
+
+def test_data_whole_every_other_snapshot_trains_on_the_same_samples(made, home, tmp_path):
+    """Data generated with starts_every 2: a sample of horizon 2 starts at
+    snapshot 0 alone (2 + 2 > 3), and its initial state and targets are
+    the every-snapshot data's, to the bit; the physics reproduces them."""
+    _, _, data = tiny_dataset(tmp_path, "implicit", starts_every=2)
+    config = train_config(made, tmp_path / "run")
+    trainer = NPOMTrainerDDP(parse_settings(["--config", str(config), "--data", str(data),
+                                             "--output", str(tmp_path / "out"), "--horizon", "2",
+                                             "--correction_scale", "0.0"]))
+    try:
+        assert len(trainer.data.dataset) == MEMBERS and trainer.data.train_indices == [0, 1]
+        ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 1)])
+        with closing(SnapshotDataset(made[2], horizon=2, fields=train.LOSS_FIELDS,
+                                     physics_levels=True)) as every:
+            want_ics, want_refs = collate_samples(every, [every[m * (SNAPSHOTS - 2)]
+                                                          for m in (0, 1)])
+        for name in want_ics["state"]:
+            assert torch.equal(ics["state"][name], want_ics["state"][name]), name
+        assert torch.equal(ics["iint"], want_ics["iint"]) and ics["iint"].tolist() == [0, 0]
+        for name in want_refs:
+            assert torch.equal(refs[name], want_refs[name]), name
+        values = trainer.train_batch(ics, refs)
+        scale = {n: float((refs[n] ** 2).mean()) for n in LOSS_WEIGHTS}
+        for name, mse in zip(LOSS_WEIGHTS, values[1:]):
+            assert mse <= 1e-18 * max(scale[name], 1e-30) + 1e-30, (name, mse, scale[name])
     finally:
         trainer.cleanup()
 

@@ -12,14 +12,16 @@ generation fast path (Core.run_generation_day: no gradients, detached
 snapshots) and writes ``DIR/dataset.nc``: per member and snapshot every
 field a core needs to continue bit for bit (the variable table's
 "snapshot" category; the grid once), at the first snapshot and every E
-days; the format is documented in pompy.dataset, which reads it. E must
+days, or with ``starts_every`` K > 1 that whole state at every K-th
+snapshot alone and the fields a trainer scores at the others; the format
+is documented in pompy.dataset, which reads it. E must
 be a whole number of the reference's internal steps dti and D a whole
 number of E, so that every snapshot falls on a step.
 
 Settings. The settings are pompy.settings.generate.GenerateSettings: the
 config's ``&generate`` group holds them (members, days, every, spinup,
-core, reference_dti, reference_dte, device, dtype, perturb, amplitude,
-seed), so that ``pompy generate CONFIG --output DIR`` needs no more, and
+starts_every, core, reference_dti, reference_dte, device, dtype, perturb,
+amplitude, seed), so that ``pompy generate CONFIG --output DIR`` needs no more, and
 a flag given overrides the group; ``--print-config`` shows what a run
 would use and where each value comes from.
 

@@ -22,7 +22,9 @@ Run N members of a core, the reference, for --days and write a NetCDF
 training dataset, DIR/dataset.nc (DIR/dataset_rank<k>.nc under torchrun),
 with every field a core needs to restart bit for bit at the first snapshot
 and every --every days (a whole number of the reference's dti; --days a
-whole number of --every). Format and reader: pompy.dataset
+whole number of --every); with --starts_every K > 1 only every K-th
+snapshot holds that whole state (samples start there), the others the
+fields a trainer scores. Format and reader: pompy.dataset
 (SnapshotDataset). The settings come from the config's &generate group,
 then the flags (--print-config shows them). The reference (--core, default
 the explicit core) may step a shorter --reference_dti than the config's

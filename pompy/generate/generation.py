@@ -95,7 +95,9 @@ def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str])
                                            ref.compile, device)
     check_memory(refine.fine_size_config(config) if ref.refine > 1 else config, ref.core,
                  ref.dtype, files.force, len(mine) if together else 1)
-    _check_disk(output, estimate_dataset_bytes(config, len(mine), records + 1), files.force)
+    _check_disk(output, estimate_dataset_bytes(config, len(mine), records + 1,
+                                               starts_every=settings.schedule.starts_every),
+                files.force)
     return Plan(path, mine, steps, records, device, rank, world, together)
 
 
@@ -121,10 +123,12 @@ def generate(config: Config, settings: GenerateSettings, *,
         check_resumed(partial_file(p.path), reference, attributes)
     prefix = f"pompy generate [rank {p.rank}/{p.world}]" if p.world > 1 else "pompy generate"
     size = estimate_dataset_bytes(reference, len(p.members), p.records + 1,
-                                  bool(attributes["physics_step_ratio"]))
+                                  bool(attributes["physics_step_ratio"]),
+                                  settings.schedule.starts_every)
     print(f"{prefix}: {p.path} will take at most {size / 1e6:.3g} MB, its size uncompressed "
-          f"({len(p.members)} members x {p.records + 1} snapshots, every {p.steps} steps of "
-          f"the {ref.core} core at dti = {reference.dti:g} s)", file=log, flush=True)
+          f"({_count(len(p.members), 'member')} x {_count(p.records + 1, 'snapshot')}, every "
+          f"{p.steps} steps of the {ref.core} core at dti = {reference.dti:g} s"
+          f"{_starts_text(settings.schedule.starts_every)})", file=log, flush=True)
     if ref.compile:
         print(f"{prefix}: {COMPILING}", file=log, flush=True)
     model = set_up(ref.core, reference, p.device, ref.dtype, ref.compile)
@@ -150,6 +154,16 @@ def generate(config: Config, settings: GenerateSettings, *,
         members = _fine_members(reference, settings, p, starts, [case for case, _ in cases])
     _run(members, writer, p, settings, seeds, [case for case, _ in cases], prefix, log)
     return p.path
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _starts_text(starts_every: int) -> str:
+    """What the size line says of the start snapshots (nothing where all are)."""
+    return "" if starts_every == 1 else \
+        f"; the whole state every {_count(starts_every, 'snapshot')}, the targets between"
 
 
 def reference_grid_file(path: Path, member: int) -> Path:

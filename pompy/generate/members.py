@@ -3,9 +3,10 @@
 :class:`pompy.core.ensemble.Ensemble` (:func:`run_ensemble`) where that
 pays (:func:`batched`). Each member is its single run to the last bit
 either way, and either way a member the writer holds snapshots of (an
-interrupted file, ``--resume``) goes on from its last one. After each
-snapshot written, a signal that came and was dropped on its way stops
-the run (pompy.signals.raise_pending).
+interrupted file, ``--resume``) goes on from its last one that holds
+the whole state (its last start snapshot: DatasetWriter.resumable).
+After each snapshot written, a signal that came and was dropped on its
+way stops the run (pompy.signals.raise_pending).
 
 The core is driven through Core's interface (run_initialization,
 capture, snapshot, restore, inject, run_generation_day; Ensemble's
@@ -138,10 +139,10 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
     factor among them): perturbed, the spin-up run unrecorded (its own
     offset included), its time-0 snapshot, then ``records`` snapshots
     every ``steps`` steps; a member the writer holds snapshots of goes on
-    from its last one. ``view``: what the writer is given of a state (a
-    finer grid's states coarse-grained onto the file's, where the writer
-    then holds no state to go on from)."""
-    done = writer.done[local]
+    from its last start snapshot. ``view``: what the writer is given of a
+    state (a finer grid's states coarse-grained onto the file's, where the
+    writer then holds no state to go on from)."""
+    done = writer.resumable(local)
     if done:
         core.restore({**start, **writer.read(local, done - 1, core.device, core.dtype)})
     else:
@@ -175,10 +176,10 @@ def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[
                  steps: int, records: int) -> None:
     """The process's members as one Ensemble: each perturbed from ``start``
     and given its wind factor as run_member does, then stepped together;
-    with snapshots already written (--resume), from the last one every
-    member has. A member that blows up is named in the ModelStop by its
-    ensemble number."""
-    done = min(writer.done)
+    with snapshots already written (--resume), from the last start
+    snapshot every member has. A member that blows up is named in the
+    ModelStop by its ensemble number."""
+    done = min(map(writer.resumable, range(len(members))))
     initial = []
     for local, m_seed in enumerate(seeds):
         if done:

@@ -2,8 +2,9 @@
 is written so that no half file is ever taken for a dataset.
 
 A process writes its file (pompy.dataset's format; pompy.dataset reads
-it) snapshot by snapshot under a temporary name, ``dataset.nc.tmp``, and
-renames it when complete. Interrupted, it keeps the snapshots finished
+it) snapshot by snapshot, the whole state at the start snapshots and the
+targets alone between them (``starts_every``), under a temporary name,
+``dataset.nc.tmp``, and renames it when complete. Interrupted, it keeps the snapshots finished
 in ``dataset.nc.partial`` (the readers' patterns miss it), with each
 member's count in the variable ``snapshots``; ``--resume`` copies that
 file back and goes on, after checking that it was made with the same
@@ -23,7 +24,7 @@ import torch
 from pompy import __version__, variables
 from pompy.config import CASE_PARAMS, Config
 from pompy.core.stepping import LEAPFROG
-from pompy.dataset import FORMAT, b_level_name, grid_fields, state_fields
+from pompy.dataset import FORMAT, b_level_name, grid_fields, is_start, state_fields
 from pompy.driver import COMPILED
 from pompy.errors import InputError
 from pompy.generate.perturbations import PERTURBATION_TEXT
@@ -31,6 +32,7 @@ from pompy.generate.reference import describe_model
 from pompy.io import cf_dims, create_dataset, define_variable, to_cf, write_axes
 from pompy.provenance import grid_hash, source_hash
 from pompy.settings import GenerateSettings
+from pompy.train.losses import LOSS_FIELDS
 
 # HDF5's own bytes in an uncompressed dataset (superblock, object headers,
 # attributes): file size less the values' bytes, measured 113.0 to 115.3 kB
@@ -44,6 +46,9 @@ HEADER_BYTES = 114_000
 # uncompressed) level 1 makes the file 1.61 times smaller, level 4 1.63
 # times, for 20 % more time: level 1.
 SNAPSHOT_COMPRESSION = dict(zlib=True, shuffle=True, complevel=1)
+# what a snapshot between two starts holds: the fields a trainer scores
+# (and their physics' b levels where held)
+TARGET_FIELDS = LOSS_FIELDS
 # attributes that may differ between an interrupted file and its resumption
 RESUMABLE = frozenset({"history", "torch_compile"})
 
@@ -80,7 +85,16 @@ def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, r
         "spinup_steps": spinup_steps,
         "physics_step_ratio": physics_ratio(config, physics, steps, spinup_steps),
     } | ({"ranges": ens.ranges, "spinup_spread": float(settings.schedule.spinup_spread)}
-         if ens.perturb == "params" else {})
+         if ens.perturb == "params" else {}) | starts_attributes(settings.schedule.starts_every)
+
+
+def starts_attributes(starts_every: int) -> dict:
+    """The start snapshots' attributes; none where every snapshot is one,
+    so that such a file is the one made without the setting (and a partial
+    one made without it resumes)."""
+    if starts_every == 1:
+        return {}
+    return {"starts_every": starts_every, "target_variables": " ".join(TARGET_FIELDS)}
 
 
 def _chunks(config: Config, name: str) -> tuple[int, ...]:
@@ -93,18 +107,24 @@ def _count(config: Config, names: list[str]) -> int:
 
 
 def estimate_dataset_bytes(config: Config, members: int, records: int,
-                           b_levels: bool = False) -> int:
+                           b_levels: bool = False, starts_every: int = 1) -> int:
     """The size of a dataset file of ``members`` members and ``records``
-    snapshots (time 0 included), with the physics' b levels or not,
-    uncompressed: the values' bytes from the variable table (float64) plus
-    HEADER_BYTES, measured. The file, compressed, is smaller (1.6 times on
-    train_tiny's data): an upper bound, as the disk check needs."""
+    snapshots (time 0 included), with the physics' b levels or not, the
+    whole state every ``starts_every`` snapshots and the targets alone
+    between, uncompressed: the values' bytes from the variable table
+    (float64) plus HEADER_BYTES, measured. The file, compressed, is
+    smaller (1.6 times on train_tiny's data): an upper bound, as the disk
+    check needs."""
     coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
     grid = 8 * (coordinates + _count(config, grid_fields()))
-    state = 8 * _count(config, state_fields() + ([b for _, b in LEAPFROG] if b_levels else []))
+    levels = [b for _, b in LEAPFROG] if b_levels else []
+    starts = len(range(0, records, starts_every))
+    state = 8 * _count(config, state_fields() + levels)
+    targets = 8 * _count(config, [*TARGET_FIELDS, *(n for n in TARGET_FIELDS if n in levels)]) \
+        if starts_every > 1 else state
     per_member = 4 + 8 + 8 * len(CASE_PARAMS) + 4 + 4    # member, seed, case, count, offset
-    return (grid + members * records * state + records * (8 + 4) + members * per_member
-            + HEADER_BYTES)
+    return (grid + members * (starts * state + (records - starts) * targets)
+            + records * (8 + 4) + members * per_member + HEADER_BYTES)
 
 
 def temporary_file(path: Path) -> Path:
@@ -177,6 +197,7 @@ class DatasetWriter:
         self.iints = iints
         self.offsets = [offset for _, offset in cases]
         self.done = [0] * len(members)
+        self._set_starts(attributes)
 
     @classmethod
     def reopen(cls, path: Path) -> DatasetWriter:
@@ -192,7 +213,19 @@ class DatasetWriter:
         self.ratio = int(getattr(self.ds, "physics_step_ratio", 0))
         self.offsets = [int(n) for n in self.ds["spinup_offset"][:]]
         self.done = [int(n) for n in self.ds["snapshots"][:]]
+        self._set_starts({name: self.ds.getncattr(name) for name in self.ds.ncattrs()})
         return self
+
+    def _set_starts(self, attributes: Mapping) -> None:
+        """Which snapshots hold the whole state, and what the others hold."""
+        self.starts_every = int(attributes.get("starts_every", 1))
+        self.targets = str(attributes.get("target_variables", "")).split() or state_fields()
+
+    def resumable(self, member: int) -> int:
+        """How many of a member's snapshots a resumed generation keeps: up to
+        its last start snapshot, the last whole state to go on from (0: none)."""
+        done = self.done[member]
+        return done and (done - 1) // self.starts_every * self.starts_every + 1
 
     def _index(self, name, kind, values, long_name, dim=None, **attrs):
         v = self.ds.createVariable(name, kind, (dim or name,))
@@ -207,17 +240,24 @@ class DatasetWriter:
         want = self.iints[n] + self.offsets[member]
         if int(record["iint"]) != want:
             raise RuntimeError(f"snapshot {n} is at iint {record['iint']}, expected {want}")
-        for name in state_fields():
+        # between starts only the targets: the other chunks stay unwritten, taking no space
+        names = state_fields() if is_start(n, self.starts_every) else self.targets
+        for name in names:
             self.ds[name][member, n] = to_cf(_numpy(record, name))
-        for name, value in (levels or {}).items() if self.ratio else ():
-            self.ds[b_level_name(name)][member, n] = to_cf(_numpy(levels, name))
+        for name in (levels or {}) if self.ratio else ():
+            if name in names:
+                self.ds[b_level_name(name)][member, n] = to_cf(_numpy(levels, name))
         if n + 1 > self.done[member]:            # counted once every field is in
             self.done[member] = n + 1
             self.ds["snapshots"][member] = n + 1
 
     def read(self, member: int, n: int, device, dtype: torch.dtype) -> dict:
         """Snapshot n of the file's member ``member`` as a snapshot record
-        (pom2k order, the core's device and dtype), to continue from."""
+        (pom2k order, the core's device and dtype), to continue from: a
+        start snapshot, the only ones that hold the whole state."""
+        if not is_start(n, self.starts_every):
+            raise RuntimeError(f"snapshot {n} holds no whole state to continue from (only "
+                               f"those n with n % {self.starts_every} == 0 do)")
         record = {name: torch.from_numpy(np.ascontiguousarray(
             np.asarray(self.ds[name][member, n], dtype=np.float64).T)).to(device=device, dtype=dtype)
             for name in state_fields()}
@@ -260,10 +300,11 @@ def check_resumed(partial: Path, config: Config, attributes: dict) -> None:
     """The interrupted file was made with this generation's settings and
     sources (its attributes but RESUMABLE, and the namelist); else
     InputError naming what differs."""
-    want = dict(attributes, namelist=str(config.to_namelist()))
+    every = {"starts_every": 1}       # what a file that records none was made with
+    want = every | dict(attributes, namelist=str(config.to_namelist()))
     try:
         with netCDF4.Dataset(partial) as ds:
-            made = {name: ds.getncattr(name) for name in ds.ncattrs()}
+            made = every | {name: ds.getncattr(name) for name in ds.ncattrs()}
     except OSError as err:
         raise InputError(f"--resume: {partial} cannot be read ({err}); --overwrite starts "
                          "over") from err

@@ -68,6 +68,11 @@ class GenerateSchedule:
                                    "reference's dti), so that their windows lie along the "
                                    "flow's evolution",
                                    check=non_negative_days)
+    starts_every: int = setting(1, "snapshots between the starts of samples: snapshot n "
+                                "holds the whole state (what a core restarts from) where n "
+                                "is a multiple of it, the others only the fields a trainer "
+                                "scores (1: every snapshot whole)", check=at_least(1),
+                                metavar="K")
 
 
 @dataclass(frozen=True)
