@@ -100,6 +100,26 @@ def test_concurrent_builds_share_one_cache(tmp_path, monkeypatch):
     assert oracle_build.build() == Path(path)          # cached: no third build
 
 
+def test_a_build_says_what_it_does_while_it_runs(tmp_path, monkeypatch, capsys):
+    """``pompy setup``'s build: one short line (the sources, the compiler,
+    the folder), a line every TICK seconds while it compiles, its time at
+    the end; not f2py's whole command line."""
+    src = tmp_path / "tiny"
+    src.mkdir()
+    (src / "tiny.f90").write_text(TINY_SOURCE)
+    monkeypatch.setattr(oracle_build, "SOURCE_DIR", src)
+    monkeypatch.setenv("POMPY_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(oracle_build, "TICK", 0.5)
+    path = oracle_build.build(verbose=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("building the oracle: 1 Fortran source with gfortran through "
+                               "f2py (meson) in "), lines
+    assert "numpy.f2py" not in lines[0] and len(lines[0]) < 300
+    ticks = [line for line in lines if line.startswith("  still compiling: ")]
+    assert ticks, lines                           # a build takes seconds: ticked
+    assert lines[-2].startswith("compiled in ") and lines[-1] == f"oracle built: {path}"
+
+
 def test_missing_compiler_says_what_to_install(sandbox, monkeypatch):
     monkeypatch.setenv("FC", "/nonexistent/gfortran")
     with pytest.raises(oracle_build.OracleBuildError, match="apt-get install -y gfortran"):

@@ -198,8 +198,13 @@ def build(verbose: bool = False, force: bool = False) -> Path:
            "-m", MODULE, "--build-dir", str(work / "meson"),
            *[str(f.absolute()) for f in sources()]]
     if verbose:
-        print("building oracle:", " ".join(cmd))
-    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+        n = len(sources())
+        print(f"building the oracle: {n} Fortran source{'s' * (n != 1)} with {compiler} through "
+              f"f2py (meson) in {work} (about a minute)", flush=True)
+    started = time.perf_counter()
+    proc = _compile(cmd, work, env, TICK if verbose else None)
+    if verbose:
+        print(f"compiled in {time.perf_counter() - started:.0f} s", flush=True)
     if proc.returncode != 0 or extension_path(work) is None:
         log = work / "build.log"
         log.write_text(proc.stdout + proc.stderr)
@@ -213,6 +218,27 @@ def build(verbose: bool = False, force: bool = False) -> Path:
     if verbose:
         print(f"oracle built: {path}")
     return path
+
+
+TICK = 10.0      # s between the lines that say the build is still going
+
+
+def _compile(cmd: list[str], work: Path, env: dict, tick: float | None
+             ) -> subprocess.CompletedProcess:
+    """Run the build, its output kept; every ``tick`` s (None: never) a
+    line that it is still going, with the time so far."""
+    with tempfile.TemporaryFile("w+") as out:
+        started = time.perf_counter()
+        child = subprocess.Popen(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 text=True)
+        while True:
+            try:
+                child.wait(timeout=tick)
+                break
+            except subprocess.TimeoutExpired:
+                print(f"  still compiling: {time.perf_counter() - started:.0f} s", flush=True)
+        out.seek(0)
+        return subprocess.CompletedProcess(cmd, child.returncode, out.read(), "")
 
 
 _MODULE = None
