@@ -24,6 +24,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "mathml",
     "plaindoc",
+    "variables_table",
 ]
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3

@@ -214,7 +214,8 @@ def site(tmp_path_factory) -> Path:
 def test_the_docs_build_with_warnings_as_errors(site):
     for page in ("index", "getting-started", "guide/configs", "guide/running", "guide/outputs",
                  "guide/troubleshooting", "guide/comparing", "guide/reports", "oracle", "cores",
-                 "implicit-core", "gradients", "training", "performance", "changelog", "api/index",
+                 "implicit-core", "gradients", "training", "performance", "variables", "changelog",
+                 "api/index",
                  "api/cores", "api/gradients"):
         assert (site / f"{page}.html").is_file(), page
     api = (site / "api" / "cores.html").read_text()
@@ -235,6 +236,29 @@ def test_flags_and_code_survive_the_build(site):
     assert "--resume" in api and "--overwrite" in api
     gradients = (site / "gradients.html").read_text()
     assert "<code" in gradients and "1e-8**p" in gradients and "<strong>p" not in gradients
+
+
+def test_the_variable_table_has_every_variable(site):
+    """variables.html: a row per declared variable (pompy.variables, work
+    arrays too) with its long name and units, and the categories as the
+    declarations say (u: restart, output, each snapshot, k = 1..kb-1)."""
+    from html import unescape
+
+    from pompy import variables
+
+    page = unescape((site / "variables.html").read_text())
+    rows = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S):
+        cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>",
+                                                                         row, re.S)]
+        rows[cells[0]] = cells
+    declared = {**variables.VARIABLES, **variables.WORK}
+    assert set(declared) <= set(rows), set(declared) - set(rows)
+    for name, var in declared.items():
+        assert rows[name][1:3] == [var.long_name, var.units], (name, rows[name])
+    assert rows["u"][3:] == ["(i, j, k)", "U", "prognostic", "yes", "yes", "each snapshot",
+                             "k = 1..kb-1"]
+    assert rows["h"][8] == "once" and rows["a"][6:] == ["", "", "", ""]
 
 
 def test_no_issue_numbers_or_history_in_the_text():
