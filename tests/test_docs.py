@@ -256,8 +256,9 @@ def test_the_variable_table_has_every_variable(site):
     assert set(declared) <= set(rows), set(declared) - set(rows)
     for name, var in declared.items():
         assert rows[name][1:3] == [var.long_name, var.units], (name, rows[name])
-    assert rows["u"][3:] == ["(i, j, k)", "U", "prognostic", "yes", "yes", "each snapshot",
+    assert rows["u"][3:] == ["(i, j, k)", "U", "prognostic", "yes", "yes", "every snapshot",
                              "k = 1..kb-1"]
+    assert rows["q2"][8] == "sample starts" and rows["q2"][9] == ""
     assert rows["h"][8] == "once" and rows["a"][6:] == ["", "", "", ""]
 
 

@@ -24,6 +24,7 @@ def _cell(text: str, literal: bool = False) -> nodes.entry:
 def rows() -> list[list[str]]:
     """A row of COLUMNS per declared variable (work arrays last)."""
     from pompy import dataset, variables
+    from pompy.generate.writer import TARGET_FIELDS
 
     grid, state = set(dataset.grid_fields()), set(dataset.state_fields())
     table = []
@@ -32,7 +33,8 @@ def rows() -> list[list[str]]:
         table.append([
             name, var.long_name, var.units, "(" + ", ".join(var.dims) + ")", var.location,
             var.kind, "yes" if var.restart else "", "yes" if var.output else "",
-            "once" if name in grid else "each snapshot" if name in state else "",
+            "once" if name in grid else "every snapshot" if name in TARGET_FIELDS
+            else "sample starts" if name in state else "",
             ("k = 1..kb-1" if len(var.dims) == 3 else "one") if packed else ""])
     return table
 
