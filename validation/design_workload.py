@@ -14,7 +14,7 @@ snapshots, timed and measured:
    bytes on disk a member and snapshot (and the uncompressed full state's,
    the dataset's own estimate);
 3. ``torchrun --nproc_per_node 2 -m pompy.train --config CONFIG --data ...
-   --epochs 1 --device cpu``: the epoch's wall seconds (epoch_log.csv), its
+   --epochs 1 --device cpu --physics_checkpoint steps``: the epoch's wall seconds (epoch_log.csv), its
    samples, seconds a sample a process (train and test passes), and the
    peak resident memory of the largest process.
 
@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--members", type=int, default=3, help="members generated (default 3)")
     p.add_argument("--snapshots", type=int, default=None,
                    help="snapshots a member (default the &train horizon + 1: a sample a member)")
+    p.add_argument("--physics_checkpoint", default="steps",
+                   help="the trainer's (default steps: a 360x240x25 sample's physics needs "
+                        "17-19 GB without, so two processes do not fit 24 GB)")
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
@@ -114,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict = {"config": str(a.config.relative_to(ROOT) if a.config.is_relative_to(ROOT)
                                    else a.config),
                      "grid": f"{config.im}x{config.jm}x{config.kb}", "members": a.members,
-                     "snapshots": a.snapshots, "cpus": os.cpu_count()}
+                     "snapshots": a.snapshots, "cpus": os.cpu_count(),
+                     "physics_checkpoint": a.physics_checkpoint}
 
     verified = step("verify", [sys.executable, "-m", "pompy", "verify", str(a.config), "--core",
                                "implicit", "--device", "cpu"])
@@ -148,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       repr((1 + 1e-9) / a.members)]
     trained = step("train", torchrun("pompy.train") + [
         "--config", str(a.config), "--data", str(data), "--output", str(run), "--epochs", "1",
-        "--device", "cpu", "--overwrite", "--no-progress", *held], threads=1)
+        "--device", "cpu", "--overwrite", "--no-progress", "--physics_checkpoint",
+        a.physics_checkpoint, *held], threads=1)
     with open(run / "epoch_log.csv") as f:
         epoch = list(csv.DictReader(f))[-1]
     from pompy.dataset import SnapshotDataset
@@ -191,7 +196,8 @@ def table(f: dict) -> str:
         f"a reference step a process; {g['mb_per_member_snapshot']:.3g} MB a member and snapshot "
         f"on disk (uncompressed estimate {g['estimate_mb'] or 0:.0f} MB in all) | "
         f"{gb(g['peak_rss_gb'])} | {g['load']:.2f} |",
-        f"| pompy train, 1 epoch, 2 processes | {t['seconds']:.0f} s | {t['samples']['train']} "
+        f"| pompy train, 1 epoch, 2 processes, --physics_checkpoint {f['physics_checkpoint']} | "
+        f"{t['seconds']:.0f} s | {t['samples']['train']} "
         f"training + {t['samples']['test']} test samples, epoch {t['epoch_wall_s']:.0f} s: "
         f"{t['s_per_sample_a_process']:.0f} s a sample a process; test loss "
         f"{t['test_loss']:.3g}, {t['ratio_to_baseline']:.3g} of the baseline | "
