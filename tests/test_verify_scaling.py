@@ -115,3 +115,37 @@ def test_the_directional_whole_steps_catch_a_wrong_gradient(small_window, monkey
     failed = {label for label, m in check.measured["inputs"].items() if m["directional"] > 1.0}
     assert {"t", "tb"} <= failed, check.detail
     assert check.figure > 10.0, check.figure
+
+
+def test_a_branch_within_the_step_is_measured_at_a_finer_one():
+    """A kink 5e-7 along the direction: the central difference at 1e-6
+    crosses it (off by 25), the one at 1e-7 does not, and agrees with the
+    gradient; a gradient 10 % off fails at both steps."""
+    from pompy.verify.gradients import GD, directional_checks
+
+    x0 = (torch.tensor([1.0, 2.0], dtype=GD, requires_grad=True),)
+    d = (torch.tensor([1.0, 0.5], dtype=GD),)
+
+    def f(x):
+        return (x ** 2).sum() + 100.0 * torch.relu(x[0] - 1.0 - 5e-7)
+    (m,) = directional_checks(f, x0, {"d": (d, 1e-6)}).values()
+    assert m["directional"] <= 1.0 and m["eps"] == 1e-7
+    assert abs(m["numerical"] - 4.0) < 1e-6 and abs(m["analytical"] - 4.0) < 1e-12
+    assert m["coarse"]["eps"] == 1e-6 and abs(m["coarse"]["numerical"] - 29.0) < 1e-3
+
+    class Off(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x.clone()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return 1.1 * grad
+
+    (wrong,) = directional_checks(lambda x: (Off.apply(x) ** 2).sum(), x0,
+                                  {"d": (d, 1e-6)}).values()
+    assert wrong["directional"] > 50 and "coarse" not in wrong and wrong["eps"] == 1e-6

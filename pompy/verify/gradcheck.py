@@ -413,12 +413,15 @@ def stirred(core, seed: int):
     falls below the guard's 1e-8 s-1 with a chance of about (1e-8 dx /
     STIR)**3: at 1e-3 m/s that left 155 of the 2 million points guarded,
     at 0.05 m/s about 1e-9 of them (a Courant number of 0.003 at dti 240
-    s on 4 km cells)."""
+    s on 4 km cells). The same noise at both time levels: noise between
+    them is a leapfrog kick."""
     gen = torch.Generator().manual_seed(seed)
     state = dict(core.state)
-    for name, mask in (("u", "dum"), ("ub", "dum"), ("v", "dvm"), ("vb", "dvm")):
-        noise = torch.randn(state[name].shape, generator=gen, dtype=GD)
-        state[name] = state[name] + (STIR * noise).to(state[name]) * state[mask].unsqueeze(-1)
+    for now, before, mask in (("u", "ub", "dum"), ("v", "vb", "dvm")):
+        # one noise at both time levels: a stirred flow, not a leapfrog kick
+        noise = torch.randn(state[now].shape, generator=gen, dtype=GD)
+        noise = (STIR * noise).to(state[now]) * state[mask].unsqueeze(-1)
+        state[now], state[before] = state[now] + noise, state[before] + noise
     object.__setattr__(core, "state", state)
     return core
 
