@@ -386,7 +386,9 @@ def whole_steps_gradcheck(config: Config, core: str, device, seed: int) -> list[
     the core's params (its one component, differenced at HORCON_EPS: see
     there). A core that solves for the elevation solves with the config's
     own cg_tol and cg_maxiter and the solver training differentiates (the
-    certificate's key holds them)."""
+    certificate's key holds them). On a grid beyond the window, from a
+    stirred state (:func:`stirred`) and as directional derivatives
+    (:func:`_whole_steps_directional`)."""
     spec = cores.get(core)
     wrt = CORE_WRT[spec.free_surface]
     name = WHOLE_STEPS
