@@ -105,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     a.work.mkdir(parents=True, exist_ok=True)
     from pompy.config import load_config
-    from pompy.dataset import dataset_files
     from pompy.settings import GenerateSettings, TrainSettings, read
 
     config = load_config(a.config)
@@ -113,38 +112,54 @@ def main(argv: list[str] | None = None) -> int:
     data, run = a.work / "data", a.work / "run"
     settings = read(TrainSettings, {"config": a.config, "data": data, "output": run})
     a.snapshots = a.snapshots or settings.data.horizon + 1
-    every = gen.schedule.every
     figures: dict = {"config": str(a.config.relative_to(ROOT) if a.config.is_relative_to(ROOT)
                                    else a.config),
                      "grid": f"{config.im}x{config.jm}x{config.kb}", "members": a.members,
                      "snapshots": a.snapshots, "cpus": os.cpu_count(),
                      "physics_checkpoint": a.physics_checkpoint}
+    figures["verify"] = verify_step(a.config)
+    figures["generate"] = generate_step(a, config, gen, data)
+    figures["train"] = train_step(a, settings, data, run)
+    print(table(figures))
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
 
-    verified = step("verify", [sys.executable, "-m", "pompy", "verify", str(a.config), "--core",
+
+def verify_step(config: Path) -> dict:
+    verified = step("verify", [sys.executable, "-m", "pompy", "verify", str(config), "--core",
                                "implicit", "--device", "cpu"])
     found = VERIFIED.search(verified["out"])
     body = json.loads(Path(found.group(4).strip()).read_text()) if found else {}
-    figures["verify"] = {"seconds": verified["seconds"], "load": verified["load"],
-                         "peak_rss_gb": verified["peak_rss_gb"],
-                         "passed": f"{found.group(1)} of {found.group(2)}" if found else None,
-                         "suites_s": body.get("seconds")}
+    return {"seconds": verified["seconds"], "load": verified["load"],
+            "peak_rss_gb": verified["peak_rss_gb"],
+            "passed": f"{found.group(1)} of {found.group(2)}" if found else None,
+            "suites_s": body.get("seconds")}
 
+
+def generate_step(a, config, gen, data: Path) -> dict:
+    from pompy.dataset import dataset_files
+
+    every = gen.schedule.every
     generated = step("generate", torchrun("pompy.generate") + [
         str(a.config), "--device", "cpu", "--members", str(a.members),
         "--days", repr((a.snapshots - 1) * every), "--output", str(data), "--overwrite"],
         threads=1)
-    files = dataset_files(data)
-    on_disk = sum(f.stat().st_size for f in files)
+    on_disk = sum(f.stat().st_size for f in dataset_files(data))
     reference_dti = gen.reference.reference_dti or config.dti
     steps = round(every * 86400 / reference_dti) * (a.snapshots - 1)
     per_process = -(-a.members // 2)                 # the busier process's members
     estimate = re.search(r"at most ([\d.]+) MB", generated["out"])
-    figures["generate"] = {
-        "seconds": generated["seconds"], "load": generated["load"],
-        "peak_rss_gb": generated["peak_rss_gb"], "reference_steps_a_member": steps,
-        "s_per_reference_step": generated["seconds"] / (steps * per_process),
-        "bytes": on_disk, "mb_per_member_snapshot": on_disk / 1e6 / (a.members * a.snapshots),
-        "estimate_mb": float(estimate.group(1)) if estimate else None}
+    return {"seconds": generated["seconds"], "load": generated["load"],
+            "peak_rss_gb": generated["peak_rss_gb"], "reference_steps_a_member": steps,
+            "s_per_reference_step": generated["seconds"] / (steps * per_process),
+            "bytes": on_disk, "mb_per_member_snapshot": on_disk / 1e6 / (a.members * a.snapshots),
+            "estimate_mb": float(estimate.group(1)) if estimate else None}
+
+
+def train_step(a, settings, data: Path, run: Path) -> dict:
+    from pompy.dataset import SnapshotDataset
+    from pompy.train.data import split_members
 
     # fewer members than the config's test split needs: one member held out
     fraction = settings.data.test_fraction
@@ -156,24 +171,17 @@ def main(argv: list[str] | None = None) -> int:
         a.physics_checkpoint, *held], threads=1)
     with open(run / "epoch_log.csv") as f:
         epoch = list(csv.DictReader(f))[-1]
-    from pompy.dataset import SnapshotDataset
-    from pompy.train.data import split_members
     ds = SnapshotDataset(data, horizon=settings.data.horizon)
     train_members, test_members = split_members(ds, float(held[1]) if held else fraction)
     per_member = len(ds) // len(ds.members)
     samples = {"train": per_member * len(train_members), "test": per_member * len(test_members)}
     ds.close()
     wall = float(epoch["WallSeconds"])
-    figures["train"] = {
-        "seconds": trained["seconds"], "load": trained["load"],
-        "peak_rss_gb": trained["peak_rss_gb"], "epoch_wall_s": wall, "samples": samples,
-        "s_per_sample_a_process": wall / (-(-samples["train"] // 2) + -(-samples["test"] // 2)),
-        "test_loss": float(epoch["TestLoss"]), "ratio_to_baseline": float(epoch["RatioToBaseline"])}
-
-    print(table(figures))
-    if a.json:
-        a.json.write_text(json.dumps(figures, indent=1) + "\n")
-    return 0
+    return {"seconds": trained["seconds"], "load": trained["load"],
+            "peak_rss_gb": trained["peak_rss_gb"], "epoch_wall_s": wall, "samples": samples,
+            "s_per_sample_a_process": wall / (-(-samples["train"] // 2) + -(-samples["test"] // 2)),
+            "test_loss": float(epoch["TestLoss"]),
+            "ratio_to_baseline": float(epoch["RatioToBaseline"])}
 
 
 def gb(x) -> str:
