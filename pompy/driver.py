@@ -254,29 +254,36 @@ class Progress:
 
     MARKS = 20                      # lines in a log: one every 100/MARKS %
 
-    def __init__(self, total: int, desc: str, enabled: bool, stream=None):
+    def __init__(self, total: int, desc: str, enabled: bool, stream=None, unit: str = "step"):
         self.stream = stream or sys.stderr
         self.total, self.desc, self.done = total, desc, 0
         self.start = _time.perf_counter()
         tty = enabled and self.stream.isatty()
         # tqdm draws nothing on a terminal of 0 lines (its bar "below the screen")
         size = {} if _has_size(self.stream) else {"ncols": 80, "nrows": 24}
-        self.bar = tqdm(total=total, unit="step", desc=desc, file=self.stream,
+        self.bar = tqdm(total=total, unit=unit, desc=desc, file=self.stream,
                         **size) if tty else None
         self.plain = enabled and not tty
 
     def update(self, iint: int, days: float, vamax: float) -> None:
+        """A model step done: its iint, model day and vamax."""
+        self.advance(f"step {iint}", f"day {days:.4f}, vamax {vamax:.3g}", iint=iint,
+                     days=f"{days:.4f}", vamax=f"{vamax:.3g}")
+
+    def advance(self, which: str, more: str = "", **postfix) -> None:
+        """One more of ``total`` done: ``which`` and ``more`` in a log's
+        line, ``postfix`` beside a terminal's bar."""
         self.done += 1
         if self.bar is not None:
-            self.bar.set_postfix(iint=iint, days=f"{days:.4f}", vamax=f"{vamax:.3g}")
+            self.bar.set_postfix(**postfix)
             self.bar.update(1)
             return
         mark = self.MARKS * self.done // self.total        # integers: no mark skipped
         if self.plain and mark > self.MARKS * (self.done - 1) // self.total:
             elapsed = _time.perf_counter() - self.start
             left = elapsed / self.done * (self.total - self.done)
-            print(f"{self.desc}: step {iint} ({100 * mark // self.MARKS}%), day {days:.4f}, "
-                  f"vamax {vamax:.3g}, elapsed {clock(elapsed)}, ETA {clock(left)}",
+            print(f"{self.desc}: {which} ({100 * mark // self.MARKS}%), "
+                  f"{more + ', ' if more else ''}elapsed {clock(elapsed)}, ETA {clock(left)}",
                   file=self.stream, flush=True)
 
     def close(self) -> None:

@@ -335,6 +335,21 @@ def test_the_size_line_counts_what_starts_every_writes(made, tmp_path, capsys):
     assert estimate(first) < estimate(err.splitlines()[0]) / MEMBERS
 
 
+def test_generation_reports_its_progress_by_snapshot(made):
+    """In a log (not a terminal): a line at each 5 % of the snapshots to
+    write, naming member and snapshot, with the time so far and left; the
+    last at 100 %, after the last member's last snapshot."""
+    _, _, err = made
+    lines = [line for line in err.splitlines() if " snapshot " in line and "ETA " in line]
+    total = MEMBERS * (RECORDS + 1)
+    assert 1 <= len(lines) <= min(total, 20), err
+    assert all(line.startswith("pompy generate: member ") for line in lines), lines
+    member, snapshot = lines[-1].split(": member ")[1].split(" (")[0].split(" snapshot ")
+    assert int(snapshot) == RECORDS and "(100%), elapsed 0:" in lines[-1], lines[-1]
+    percents = [int(line.split(" (")[1].split("%")[0]) for line in lines]
+    assert percents == sorted(percents) and len(set(percents)) == len(percents)
+
+
 def test_help_documents_the_perturbations(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])

@@ -22,7 +22,7 @@ from pompy.config import SETUP_PARAMS, Config, case_of
 from pompy.core.model import Core
 from pompy.dataset import dataset_file
 from pompy.distributed import Distributed
-from pompy.driver import COMPILING, check_device, check_memory, prepare_output
+from pompy.driver import COMPILING, Progress, check_device, check_memory, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.generate import refine
 from pompy.generate.members import (batched, member_start, run_ensemble, run_member, same,
@@ -149,6 +149,8 @@ def generate(config: Config, settings: GenerateSettings, *,
         writer = DatasetWriter(p.path, reference, start, p.members, seeds, cases,
                                [spin + n * p.steps for n in range(p.records + 1)],
                                start["time0"], attributes)
+    writer.progress = Progress(writer.to_write(p.records, p.together), prefix, True,
+                               stream=log, unit="snapshot")
     members = [(model, start, same) for start in starts]
     if ref.refine > 1:
         members = _fine_members(reference, settings, p, starts, [case for case, _ in cases])

@@ -221,6 +221,18 @@ class DatasetWriter:
         self.starts_every = int(attributes.get("starts_every", 1))
         self.targets = str(attributes.get("target_variables", "")).split() or state_fields()
 
+    progress = None          # a pompy.driver.Progress told of each snapshot written
+
+    def to_write(self, records: int, together: bool) -> int:
+        """The snapshots a generation of ``records`` + 1 a member has still to
+        write: from each member's last start snapshot (members together: the
+        earliest of theirs), none of a member already complete."""
+        kept = [self.resumable(m) for m in range(len(self.done))]
+        if together:
+            return len(kept) * (records + 1 - min(kept))
+        return sum(0 if done == records + 1 else records + 1 - k
+                   for done, k in zip(self.done, kept))
+
     def resumable(self, member: int) -> int:
         """How many of a member's snapshots a resumed generation keeps: up to
         its last start snapshot, the last whole state to go on from (0: none)."""
@@ -250,6 +262,9 @@ class DatasetWriter:
         if n + 1 > self.done[member]:            # counted once every field is in
             self.done[member] = n + 1
             self.ds["snapshots"][member] = n + 1
+        if self.progress is not None:
+            self.progress.advance(f"member {int(self.ds['member'][member])} snapshot {n}",
+                                  member=int(self.ds["member"][member]), snapshot=n)
 
     def read(self, member: int, n: int, device, dtype: torch.dtype) -> dict:
         """Snapshot n of the file's member ``member`` as a snapshot record
@@ -267,6 +282,8 @@ class DatasetWriter:
         """Close the file: complete, renamed to ``path``; else, with
         ``keep`` and a snapshot written, kept as ``path``.partial
         (returned); else removed. No temporary file is left either way."""
+        if self.progress is not None:
+            self.progress.close()
         self.ds.close()
         if complete:
             self.tmp.replace(self.path)
