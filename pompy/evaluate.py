@@ -60,6 +60,7 @@ from pompy import variables
 from pompy.config import Config, load_config
 from pompy.dataset import SnapshotDataset
 from pompy.distributed import Distributed, torch_device
+from pompy.driver import Progress
 from pompy.errors import InputError, ModelStop
 from pompy.settings import EvaluateSettings, TrainSettings
 from pompy.train.checkpoint import physics_differences
@@ -129,13 +130,19 @@ class TrainedModel:
                                     settings.data.steps_per_correction, rank=0)
 
     def rollout(self, ics: Mapping, cycles: int, corrected: bool,
-                members: Sequence[int]) -> dict:
+                members: Sequence[int], progress: Progress | None = None) -> dict:
         """``cycles`` correction cycles from ``ics`` (the initial states of
-        ``members``), corrected or the physics alone; ModelStop naming the
-        members whose physics stopped."""
+        ``members``), corrected or the physics alone, each told to
+        ``progress``; ModelStop naming the members whose physics stopped."""
         poms = self.runner.borrow(len(ics["iint"]))
+        which = "corrected" if corrected else "uncorrected"
+
+        def done(n: int) -> None:
+            if progress is not None:
+                progress.advance(f"{which} rollout, cycle {n} of {cycles}", rollout=which,
+                                 cycle=n)
         preds = run_hybrid(self.runner, self.correctors if corrected else None,
-                           self.normalizer, poms, ics, cycles)
+                           self.normalizer, poms, ics, cycles, on_cycle=done)
         failed = [m for m, f in zip(members, self.runner.failed) if f]
         if failed:
             raise ModelStop(f"the {'corrected' if corrected else 'uncorrected'} physics of "
@@ -187,9 +194,13 @@ def rollouts(model: TrainedModel, dataset: SnapshotDataset, members: Sequence[in
     samples = [dataset[dataset.members.index(m) * per_member] for m in members]
     ics, refs = collate_samples(dataset, samples)
     cycles = refs["u"].shape[1]
-    with torch.no_grad():
-        corrected = model.rollout(ics, cycles, True, members)
-        uncorrected = model.rollout(ics, cycles, False, members)
+    progress = Progress(2 * cycles, "pompy evaluate", True, unit="cycle")
+    try:
+        with torch.no_grad():
+            corrected = model.rollout(ics, cycles, True, members, progress)
+            uncorrected = model.rollout(ics, cycles, False, members, progress)
+    finally:
+        progress.close()
     lead = [float(t - samples[0]["time"]) * 86400.0 for t in samples[0]["target_time"]]
     return corrected, uncorrected, refs, lead
 

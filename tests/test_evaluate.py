@@ -187,7 +187,11 @@ def test_pompy_report_shows_a_training_run(trained, capsys):
     provenance, in RUN/training_report.html and .json."""
     run, data = trained
     assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES)]) == 0
-    capsys.readouterr()
+    # its progress in a log: a line per cycle of each rollout, the last at 100 %
+    lines = [line for line in capsys.readouterr().err.splitlines() if "rollout, cycle" in line]
+    assert len(lines) == 2 * CYCLES and "ETA " in lines[-1], lines
+    assert lines[-1].startswith(f"pompy evaluate: uncorrected rollout, cycle {CYCLES} of "
+                                f"{CYCLES} (100%), elapsed "), lines[-1]
     assert cli.main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     assert f"{run / 'training_report.html'}" in out and "worst ratio_to_baseline" in out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -97,7 +97,8 @@ class PhysicsRunner:
 
 
 def run_hybrid(runner: PhysicsRunner, correctors: Correctors | None, normalizer: Normalizer,
-               poms: list, ics: Mapping, cycles: int, pushforward: int = 0) -> dict:
+               poms: list, ics: Mapping, cycles: int, pushforward: int = 0,
+               on_cycle: Callable[[int], None] | None = None) -> dict:
     """The hybrid forward of a batch: start the cores, then per cycle the
     encoder's correction, the decoder's forward, the physics, the
     decoder's correction (correction_form tendency: a share of it after
@@ -106,7 +107,8 @@ def run_hybrid(runner: PhysicsRunner, correctors: Correctors | None, normalizer:
     (B, cycles - pushforward, ...) per loss field: the first ``pushforward``
     cycles run without gradients and are not recorded. A core that stops
     keeps its last good state for the rest of the batch (the networks
-    still run on every rank)."""
+    still run on every rank). ``on_cycle(n)`` is told of each recorded
+    cycle n (1-based) as it ends."""
     nets = correctors.for_phase() if correctors is not None else {}
     physics = nets.get("physics")
     runner.start(poms, ics, physics() if physics is not None else None)
@@ -116,10 +118,12 @@ def run_hybrid(runner: PhysicsRunner, correctors: Correctors | None, normalizer:
                 _cycle(runner, correctors, nets, normalizer, poms)
         release_graphs(poms)               # the samples start here, without history
     seq = {key: [] for key in LOSS_FIELDS}
-    for _ in range(cycles - pushforward):
+    for n in range(1, cycles - pushforward + 1):
         _cycle(runner, correctors, nets, normalizer, poms)
         for key in seq:
             seq[key].append(torch.stack([getattr(pom, key) for pom in poms]))
+        if on_cycle is not None:
+            on_cycle(n)
     return {key: torch.stack(values, dim=1) for key, values in seq.items()}
 
 
