@@ -31,6 +31,8 @@ myst_heading_anchors = 3
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "_ext"]
 html_math_renderer = "mathml"
+# an unlabelled block (a docstring's usage lines, a formula) is shown as written, not as Python
+highlight_language = "none"
 
 html_theme = "furo"
 html_title = f"pompy {release}"

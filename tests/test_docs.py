@@ -236,6 +236,11 @@ def test_flags_and_code_survive_the_build(site):
     assert "--resume" in api and "--overwrite" in api
     gradients = (site / "gradients.html").read_text()
     assert "<code" in gradients and "1e-8**p" in gradients and "<strong>p" not in gradients
+    # a docstring's usage lines are shown as written, not coloured as Python
+    training = (site / "api" / "training.html").read_text()
+    block = training[training.rindex("<pre>", 0, training.index("--nproc_per_node=K")):
+                     training.index("--nproc_per_node=K")]
+    assert '<span class="' not in block, block[:300]
 
 
 def test_the_variable_table_has_every_variable(site):
