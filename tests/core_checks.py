@@ -4,6 +4,10 @@
 checks that it neither writes its input tensors nor returns one of them (or
 a view of one). ``float32_errors`` runs a torch routine in float32 and
 returns each field's error against the oracle's float64 result.
+``wrong_gradient`` wraps a routine of pompy.core.stepping.ROUTINES so that
+one of its outputs keeps its value and has its gradient (reverse and
+forward mode alike) 1.1 times the true one: what a gradient check must
+catch.
 """
 from __future__ import annotations
 
@@ -65,3 +69,36 @@ def float32_errors(fn, oracle, call: str, state: dict, params: dict,
         errors[name] = err = relative_error(g.double().cpu().numpy(), want[name])
         assert np.isfinite(err), f"{call} {name}: float32 error {err}"
     return errors
+
+
+class _TenPercentOff(torch.autograd.Function):
+    """The identity whose derivative is 1.1 in both modes."""
+    @staticmethod
+    def forward(x):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 1.1 * grad
+
+    @staticmethod
+    def jvp(ctx, tangent):               # as wrong as the backward: forward mode agrees
+        return 1.1 * tangent
+
+
+def ten_percent_off(x: torch.Tensor) -> torch.Tensor:
+    """``x``, its gradient 1.1 times the true one."""
+    return _TenPercentOff.apply(x)
+
+
+def wrong_gradient(fn, output: str):
+    """Routine ``fn`` with its output ``output`` as it is, its gradient 10 % off."""
+    @functools.wraps(fn)
+    def wrong(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return out._replace(**{output: ten_percent_off(getattr(out, output))})
+    return wrong

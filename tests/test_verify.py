@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from core_checks import wrong_gradient
+
 from pompy import provenance
 from pompy.autodiff.policies import GradientPolicy, selected_policy
 from pompy.cli import main
@@ -315,30 +317,7 @@ def test_the_policy_suite_catches_a_wrong_policy(monkeypatch):
 def test_the_gradient_check_catches_a_wrong_gradient(oracle, monkeypatch):
     """smagorinsky with its forward unchanged and its gradient scaled by 1.1
     fails its gradcheck, and only the gradient: its parity passes."""
-    class Scaled(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return x.clone()
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            pass
-
-        @staticmethod
-        def backward(ctx, grad):
-            return 1.1 * grad
-
-        @staticmethod
-        def jvp(ctx, tangent):               # as wrong as the backward: forward mode agrees
-            return 1.1 * tangent
-
-    fn = stepping.ROUTINES["smagorinsky"]
-
-    @functools.wraps(fn)
-    def wrong(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        return out._replace(aam=Scaled.apply(out.aam))
-
+    wrong = wrong_gradient(stepping.ROUTINES["smagorinsky"], "aam")
     monkeypatch.setitem(stepping.ROUTINES, "smagorinsky", wrong)
     case = next(c for c in gradcheck.GRAD_CASES if c.label == "smagorinsky")
     check = gradcheck.gradcheck_case(case, tiny(), oracle, torch.device("cpu"), 0)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from core_checks import ten_percent_off, wrong_gradient
 
 from pompy.config import load_config
 from pompy.core import stepping
@@ -85,30 +86,7 @@ def test_whole_steps_beyond_the_window_as_directional_derivatives(small_window):
 def test_the_directional_whole_steps_catch_a_wrong_gradient(small_window, monkeypatch):
     """advt1 (the new t of the centred scheme) with its forward unchanged and
     its gradient scaled by 1.1: the directions through t and tb fail."""
-    class Scaled(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return x.clone()
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            pass
-
-        @staticmethod
-        def backward(ctx, grad):
-            return 1.1 * grad
-
-        @staticmethod
-        def jvp(ctx, tangent):
-            return 1.1 * tangent
-
-    fn = stepping.ROUTINES["advt1"]
-
-    @functools.wraps(fn)
-    def wrong(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        return out._replace(ff=Scaled.apply(out.ff))
-
+    wrong = wrong_gradient(stepping.ROUTINES["advt1"], "ff")
     monkeypatch.setitem(stepping.ROUTINES, "advt1", wrong)
     (check,) = gradcheck.whole_steps_gradcheck(large(), "explicit", CPU, 0)
     assert not check.passed and "inputs" in check.measured, check.detail
@@ -133,19 +111,6 @@ def test_a_branch_within_the_step_is_measured_at_a_finer_one():
     assert abs(m["numerical"] - 4.0) < 1e-6 and abs(m["analytical"] - 4.0) < 1e-12
     assert m["coarse"]["eps"] == 1e-6 and abs(m["coarse"]["numerical"] - 29.0) < 1e-3
 
-    class Off(torch.autograd.Function):
-        @staticmethod
-        def forward(x):
-            return x.clone()
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            pass
-
-        @staticmethod
-        def backward(ctx, grad):
-            return 1.1 * grad
-
-    (wrong,) = directional_checks(lambda x: (Off.apply(x) ** 2).sum(), x0,
+    (wrong,) = directional_checks(lambda x: (ten_percent_off(x) ** 2).sum(), x0,
                                   {"d": (d, 1e-6)}).values()
     assert wrong["directional"] > 50 and "coarse" not in wrong and wrong["eps"] == 1e-6

@@ -128,7 +128,7 @@ def directional_checks(f: Callable, x0: tuple, directions: dict[str, tuple[tuple
     for label, (d, eps) in directions.items():
         m = _along(f, x0, grads, d, eps)
         if not m["directional"] <= 1.0:
-            m = _refined(f, x0, grads, d, m)
+            m = _refined(f, x0, d, m)
         measured[label] = {**seen, **m, "gradcheck": None, "gradcheck_mode": "directional"}
     return measured
 
@@ -142,12 +142,13 @@ def directional_checks(f: Callable, x0: tuple, directions: dict[str, tuple[tuple
 REFINE = 10
 
 
-def _refined(f: Callable, x0: tuple, grads: tuple, directions: list, m: dict) -> dict:
-    """``m`` measured again at eps / REFINE, the coarse step's figures kept."""
-    fine = _along(f, x0, grads, directions, m["eps"] / REFINE)
+def _refined(f: Callable, x0: tuple, directions: list, m: dict) -> dict:
+    """``m`` with its central difference taken again at eps / REFINE (the
+    modes' figures as they were), the coarse step's kept."""
+    fine = _central(f, x0, directions, m["eps"] / REFINE, m["analytical"])
     if abs(fine["numerical"] - m["numerical"]) <= GRAD_ATOL + GRAD_RTOL * abs(fine["numerical"]):
         return m                      # the difference had converged: the gradient is off
-    return {**fine, "coarse": {k: m[k] for k in ("eps", "numerical", "directional")}}
+    return {**m, **fine, "coarse": {k: m[k] for k in ("eps", "numerical", "directional")}}
 
 
 def _reverse(f: Callable, x0: tuple) -> tuple[tuple, dict[str, Any]]:
@@ -178,14 +179,20 @@ def _along(f: Callable, x0: tuple, grads: tuple, directions: list, eps: float) -
     except Exception as exc:          # a routine without forward mode: measured as a failure
         forward, forward_error = math.nan, f"{type(exc).__name__}: {exc}"
     scale = float(terms.abs().sum()) or 1.0
+    return {"forward_mode": abs(forward - reverse) / scale, "forward_mode_error": forward_error,
+            "analytical": reverse, **_central(f, x0, directions, eps, reverse)}
+
+
+def _central(f: Callable, x0: tuple, directions: list, eps: float, reverse: float
+             ) -> dict[str, Any]:
+    """The central difference along ``directions`` at ``eps`` and its error
+    against ``reverse`` in units of gradcheck's tolerance."""
     with torch.no_grad():
         plus = float(f(*(x + eps * d for x, d in zip(x0, directions))))
         minus = float(f(*(x - eps * d for x, d in zip(x0, directions))))
     numerical = (plus - minus) / (2 * eps)
     directional = abs(reverse - numerical) / (GRAD_ATOL + GRAD_RTOL * abs(numerical))
-    return {"forward_mode": abs(forward - reverse) / scale, "forward_mode_error": forward_error,
-            "directional": directional, "analytical": reverse, "numerical": numerical,
-            "eps": eps}
+    return {"directional": directional, "numerical": numerical, "eps": eps}
 
 
 @contextlib.contextmanager
