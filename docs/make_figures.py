@@ -4,7 +4,8 @@
 
 _static/first-run.png: the getting-started page's own code (its "First run"
 command and its Python blocks, run in a scratch folder); _static/
-implicit-damping.png: the implicit core's amplification per step, from its
+tutorial-basin.png: the tutorial's own code (its Python blocks, with its
+first ``pompy run`` before the plot); _static/implicit-damping.png: the implicit core's amplification per step, from its
 formula."""
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ def first_run() -> None:
         shutil.copy(Path(scratch) / "first-run.png", STATIC / "first-run.png")
 
 
+def tutorial_basin() -> None:
+    page = (DOCS / "tutorial.md").read_text()
+    *setup, plot = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    with tempfile.TemporaryDirectory() as scratch:
+        os.symlink(DOCS.parent / "configs", Path(scratch) / "configs")
+        for code in setup:
+            subprocess.run([sys.executable, "-c", code], cwd=scratch, check=True)
+        subprocess.run([sys.executable, "-m", "pompy", "run", "basin.nml"], cwd=scratch, check=True)
+        subprocess.run([sys.executable, "-c", plot], cwd=scratch, check=True)
+        shutil.copy(Path(scratch) / "basin.png", STATIC / "tutorial-basin.png")
+
+
 def implicit_damping() -> None:
     x = np.logspace(-2, 2, 400)
     fig, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
@@ -56,4 +69,5 @@ def implicit_damping() -> None:
 
 if __name__ == "__main__":
     first_run()
+    tutorial_basin()
     implicit_damping()

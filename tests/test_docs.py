@@ -1,5 +1,5 @@
 """The documentation: the Sphinx site builds with warnings as errors; the
-getting-started page's examples run as written; every command that README
+getting-started page's and the tutorial's examples run as written; every command that README
 and the docs show parses with the real argument parsers; the rendered
 getting-started and implicit-core pages show their figures and equations in
 headless Chromium.
@@ -274,14 +274,14 @@ def test_no_issue_numbers_or_history_in_the_text():
         assert "tried and not kept" not in text.lower(), page
 
 
-# ---------------------------------------------------------------- getting started
+# ---------------------------------------------------------------- pages that run
 
 
-def getting_started_steps() -> list[tuple[str, str]]:
-    """The getting-started page's code from "First run" on, in order:
+def page_steps(page: str, start: str, end: str | None = None) -> list[tuple[str, str]]:
+    """A page's code from the heading ``start`` on (to ``end``), in order:
     ("shell", command) and ("python", block); outputs ("text") are not run."""
-    text = (DOCS / "getting-started.md").read_text()
-    text = text.split("\n## First run", 1)[1].split("\n## Where next", 1)[0]
+    text = (DOCS / page).read_text().split(f"\n## {start}", 1)[1]
+    text = text.split(f"\n## {end}", 1)[0] if end else text
     steps = []
     for lang, body in fenced_blocks(text):
         if lang == "python":
@@ -291,31 +291,66 @@ def getting_started_steps() -> list[tuple[str, str]]:
     return steps
 
 
-def test_the_getting_started_examples_run(oracle, tmp_path):
-    """Every command and Python block of the page, in order, in a fresh
-    folder holding the configs: all succeed, the plot is written, and the
-    Fortran comparisons pass (the torch core within 1e-10, and bit for bit
-    with --fortran-math)."""
-    (tmp_path / "configs").symlink_to(ROOT / "configs")
+def run_steps(steps: list[tuple[str, str]], folder: Path) -> None:
+    """Every step in ``folder`` (which holds the configs), as a reader runs
+    them: each command, and each Python block after the page's earlier ones
+    (as in one session); all must succeed."""
+    (folder / "configs").symlink_to(ROOT / "configs")
     env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
-    steps = getting_started_steps()
-    assert [kind for kind, _ in steps].count("python") >= 2
-    assert sum(kind == "shell" and "compare" in c for kind, c in steps) == 2
     python_code = []
     for kind, code in steps:
         if kind == "shell":
             words = shlex.split(code)
             assert words[0] == "pompy", code
-            result = subprocess.run([sys.executable, "-m", "pompy", *words[1:]], cwd=tmp_path, env=env,
+            result = subprocess.run([sys.executable, "-m", "pompy", *words[1:]], cwd=folder, env=env,
                                     capture_output=True, text=True, timeout=600)
         else:
             python_code.append(code)
-            result = subprocess.run([sys.executable, "-c", "\n".join(python_code)], cwd=tmp_path,
+            result = subprocess.run([sys.executable, "-c", "\n".join(python_code)], cwd=folder,
                                     env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, (code, result.stdout[-2000:], result.stderr[-3000:])
-    picture = matplotlib.image.imread(tmp_path / "first-run.png")
+
+
+def a_picture(png: Path) -> None:
+    picture = matplotlib.image.imread(png)
     assert min(picture.shape[:2]) > 200 and picture[..., :3].std() > 0.05
+
+
+def test_the_getting_started_examples_run(oracle, tmp_path):
+    """Every command and Python block of the page, in order, in a fresh
+    folder holding the configs: all succeed, the plot is written, and the
+    Fortran comparisons pass (the torch core within 1e-10, and bit for bit
+    with --fortran-math)."""
+    steps = page_steps("getting-started.md", "First run", "Where next")
+    assert [kind for kind, _ in steps].count("python") >= 2
+    assert sum(kind == "shell" and "compare" in c for kind, c in steps) == 2
+    run_steps(steps, tmp_path)
+    a_picture(tmp_path / "first-run.png")
     assert (tmp_path / "output" / "seamount" / "explicit_output.nc").is_file()
+
+
+def test_the_tutorial_runs(oracle, tmp_path):
+    """The tutorial, every block in order, in a fresh folder: its own IC
+    file and config, a run of the torch core and of the oracle, both
+    comparisons (within 1e-9, and bit for bit with --fortran-math) and the
+    plot. What the page says of the default tolerance holds: at 1e-10 only
+    w exceeds it, by at most 2.3e-10 of its largest value, every other field
+    is within 6e-11."""
+    from pompy.compare import differences
+
+    steps = page_steps("tutorial.md", "The grid and the initial state")
+    assert [kind for kind, _ in steps].count("python") == 3
+    assert [c.split()[1] for kind, c in steps if kind == "shell"] == \
+        ["config", "run", "run", "compare", "run", "compare"]
+    run_steps(steps, tmp_path)
+    a_picture(tmp_path / "basin.png")
+    out = tmp_path / "output" / "basin"
+    worst = {}
+    for d in differences(out / "oracle_output.nc", out / "explicit_output.nc"):
+        worst[d.name] = max(worst.get(d.name, 0.0), d.max_rel)
+    over = {name for name, rel in worst.items() if rel > 1e-10}
+    assert over == {"w"} and worst["w"] < 2.5e-10, worst
+    assert max(rel for name, rel in worst.items() if name != "w") < 6e-11, worst
 
 
 # ---------------------------------------------------------------- rendered pages
