@@ -26,6 +26,7 @@ import torch
 
 from pompy import train
 from pompy.train.log import TrainingLog
+from pompy.train.losses import EPOCH_COLUMNS
 from test_environment_faults import tmpfs
 from test_train import ROOT, free_port, home, made, read_csv, train_config, verified  # noqa: F401
 
@@ -259,6 +260,35 @@ def test_a_certificate_missing_on_one_of_two_nodes_stops_both_with_its_line(made
                         r"implicit core .*; run: pompy verify .*", lines[0]), lines
     assert not (tmp_path / "out").exists()
     assert time.monotonic() - started < TIMEOUT
+
+
+def test_two_nodes_log_what_one_node_of_two_ranks_logs(made, home, tmp_path):
+    """docs/training.md's try-out on one machine: two launches of one rank
+    each under one c10d rendezvous (two nodes) write the train_log.csv of
+    one launch of two ranks, byte for byte, and the same epoch log but its
+    wall times."""
+    config = train_config(made, tmp_path, batch_size=1)
+    train = ["-m", "pompy", "train", "--config", str(config), "--data", str(made[2])]
+    one = subprocess.run(launch(*train, "--output", str(tmp_path / "one")), env=env(),
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert one.returncode == 0, one.stderr[-3000:]
+    argv = launch(f"--rdzv_endpoint=127.0.0.1:{free_port()}", f"--rdzv_id={tmp_path.name}",
+                  *train, "--output", str(tmp_path / "two"), nodes=2, procs=1)
+    nodes = [subprocess.Popen(argv, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    errs = []
+    for node in nodes:
+        try:
+            errs.append(node.communicate(timeout=TIMEOUT)[1])
+        finally:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], [e[-2000:] for e in errs]
+    logs = [tmp_path / run / "train_log.csv" for run in ("one", "two")]
+    assert logs[0].read_bytes() == logs[1].read_bytes() and len(read_csv(logs[0])) > 2
+    wall = EPOCH_COLUMNS.index("WallSeconds")
+    epochs = [[row[:wall] + row[wall + 1:] for row in read_csv(log.with_name("epoch_log.csv"))]
+              for log in logs]
+    assert epochs[0] == epochs[1] and len(epochs[0]) > 1
 
 
 # ------------------------------------------------------------------ signals
