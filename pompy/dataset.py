@@ -42,9 +42,14 @@ Start snapshots. A sample starts only where the whole state is held:
 snapshot n with n % ``starts_every`` == 0 (the attribute; 1, every
 snapshot, where absent). The snapshots between hold only the fields a
 trainer scores, ``target_variables`` (an attribute where starts_every >
-1: pompy.train.losses.LOSS_FIELDS), and their physics' b levels where
-held; the other variables' chunks there are never written, so they take
-no space (and read as the fill value).
+1: pompy.train.losses.LOSS_FIELDS), as the variables listed in
+``between_starts_variables``: where the file holds the physics' b levels,
+those (ub_dti, vb_dti) in place of the reference's own ub, vb, which the
+trainer (``physics_levels=True``) never reads there; such ub, vb are then
+targets only with ``physics_levels=True``. Files written before that
+attribute hold the targets and their b levels both, and read as before.
+The other variables' chunks there are never written, so they take no
+space (and read as the fill value); no reader here reads them.
 
 Where the physics' step (the config's dti) is a whole number >= 2 of the
 reference's (``physics_step_ratio``, dividing the snapshot spacing and
@@ -77,7 +82,8 @@ dti than the physics that trains on it, pompy.generate.reference_config), ``memb
 ``perturb``, ``amplitude``, ``perturbation`` (in words), ``rank``,
 ``world_size``, ``state_variables``, ``grid_variables``, ``grid_hash``
 (pompy.provenance.grid_hash of the grid as written: h, dx, dy, fsm) and,
-where starts_every > 1, ``starts_every`` and ``target_variables``.
+where starts_every > 1, ``starts_every``, ``target_variables`` and
+``between_starts_variables``.
 
 A trainer reads it as it reads a restart: the config that trains on it
 must be the one it was made for (pompy.train.data: its state parameters,
@@ -104,8 +110,8 @@ the start n::
     core.restore(ds.restore_record(sample))               # a core at snapshot n ...
     core.params = dict(core.params, **member_params(sample))   # ... under its forcing: bit for bit
 
-``fields`` chooses the target fields, of those held at every snapshot
-(default: the prognostic fields of pompy.variables among them). Files are
+``fields`` chooses the target fields, of those held at every snapshot as
+read (default: the prognostic fields of pompy.variables among them). Files are
 opened lazily, in the process that reads (each DataLoader worker opens its
 own; nothing open is pickled).
 """
@@ -127,6 +133,13 @@ from pompy.config import CASE_PARAMS, case_of
 from pompy.errors import InputError
 from pompy.io import open_netcdf
 
+# Still 1: each later addition is an attribute that a file without it
+# reads as it was written (starts_every: 1; between_starts_variables: the
+# targets and their b levels, as files of starts_every > 1 held before it
+# was recorded), so this reader reads every file of format 1 as before.
+# Only a reader older than an attribute misreads a file that has it (the
+# fill value for what it does not hold): read data with the pompy that
+# wrote it or a later one.
 FORMAT = "pompy generate dataset 1"
 FILE_NAME = "dataset.nc"
 # the one file of a single process, then those of torchrun ranks
@@ -155,12 +168,33 @@ def is_start(n: int, starts_every: int) -> bool:
     return n % starts_every == 0
 
 
+def level_field(stored: str) -> str:
+    """The field a stored variable holds (ub_dti -> ub; t -> t)."""
+    return stored.removesuffix("_dti")
+
+
 def held_variables(names: Iterable[str], levels: Iterable[str]) -> list[str]:
     """The variables that hold ``names`` at a snapshot: each, then its
     physics' b level where the file has one (``levels``: the names that do)."""
     levels = set(levels)
     return [stored for name in names
             for stored in ((name, b_level_name(name)) if name in levels else (name,))]
+
+
+def between_starts(targets: Iterable[str], levels: Iterable[str]) -> list[str]:
+    """What a snapshot between starts holds (``between_starts_variables``):
+    each target, but the physics' b level in place of the reference's own
+    where the file has one (``levels``: the names that do), the one the
+    trainer scores (physics_levels=True)."""
+    levels = set(levels)
+    return [b_level_name(name) if name in levels else name for name in targets]
+
+
+def held_at(n: int, starts_every: int, state: Iterable[str], levels: Iterable[str],
+            between: list[str]) -> list[str]:
+    """The variables snapshot n holds: at a start the whole ``state`` and the
+    b levels of ``levels``, else ``between`` (between_starts_variables)."""
+    return held_variables(state, levels) if is_start(n, starts_every) else list(between)
 
 
 def dataset_file(output_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
@@ -229,23 +263,37 @@ class _FileInfo:
             self.levels = [n for n in self.state if b_level_name(n) in ds.variables]
             self.grid = ds.grid_variables.split()
             self.starts_every = int(getattr(ds, "starts_every", 1))
-            # what every snapshot holds; the others only the start snapshots
+            # the fields every snapshot holds, the others only the start snapshots
             self.targets = (ds.target_variables.split() if self.starts_every > 1
                             else list(self.state))
+            # the variables a snapshot between starts holds (older files:
+            # the targets and their b levels both; see FORMAT)
+            self.between = (ds.between_starts_variables.split()
+                            if "between_starts_variables" in ds.ncattrs()
+                            else held_variables(self.targets, self.levels))
 
     def starts(self, horizon: int) -> list[int]:
         """The snapshots a sample of ``horizon`` targets starts at."""
         return list(range(0, len(self.iint) - horizon, self.starts_every))
 
+    def stored(self, name: str, physics_levels: bool) -> str:
+        """The variable field ``name`` is read from: its physics' b level
+        where asked for (``physics_levels``) and held."""
+        return b_level_name(name) if physics_levels and name in self.levels else name
+
+    def every_snapshot(self, physics_levels: bool) -> list[str]:
+        """The fields every snapshot holds, read as asked (b levels or not)."""
+        between = set(self.between)
+        return [n for n in self.state if self.stored(n, physics_levels) in between]
+
     def held(self, n: int) -> list[str]:
         """The variables snapshot n holds (b levels included)."""
-        names = self.state if is_start(n, self.starts_every) else self.targets
-        return held_variables(names, self.levels)
+        return held_at(n, self.starts_every, self.state, self.levels, self.between)
 
     def same_run(self, other: _FileInfo) -> str | None:
         """What differs between two files of one dataset, or None."""
         for what in ("namelist", "source_hash", "core", "state", "grid", "time0",
-                     "starts_every", "targets"):
+                     "starts_every", "targets", "between"):
             if getattr(self, what) != getattr(other, what):
                 return what
         if not np.array_equal(self.iint, other.iint):
@@ -279,18 +327,14 @@ class SnapshotDataset(Dataset):
         self._check_files()
         first = self._files[0]
         self.state_fields = list(first.state)
+        readable = first.every_snapshot(physics_levels)
         self.fields = list(fields) if fields is not None else \
-            [n for n in variables.names("prognostic") if n in first.targets]
+            [n for n in variables.names("prognostic") if n in readable]
         unknown = [n for n in self.fields if n not in first.state]
         if unknown:
             raise ValueError(f"fields {', '.join(unknown)} are not in the dataset; it has "
                              f"{', '.join(first.state)}")
-        unheld = [n for n in self.fields if n not in first.targets]
-        if unheld:
-            raise ValueError(f"fields {', '.join(unheld)} are held only where a sample "
-                             f"starts (snapshots n with n % {first.starts_every} == 0), not at "
-                             f"every snapshot as targets are: ask for some of "
-                             f"{', '.join(first.targets)}")
+        _refuse_unheld([n for n in self.fields if n not in readable], first, readable)
         self._starts = first.starts(self.horizon)        # each member's, the same in every file
         self._per_member = len(self._starts)
         self._members = [(f, local) for f, info in enumerate(self._files)
@@ -335,13 +379,9 @@ class SnapshotDataset(Dataset):
         info, ds, span = self._files[f], self._open(f), slice(n + 1, n + 1 + self.horizon)
         offset = info.offsets[local]             # the member's own spin-up beyond the common one
         days = offset * info.dti / 86400.0
-        own = set(info.levels) if self.physics_levels else set()
-
-        def stored(name: str) -> str:          # the physics' b level where asked and held
-            return b_level_name(name) if name in own else name
 
         def read(name: str, at, lead: int) -> torch.Tensor:
-            values = ds[stored(name)][local, at]
+            values = ds[info.stored(name, self.physics_levels)][local, at]
             _check_finite(values, info, local, name, n if lead == 0 else n + 1)
             return torch.from_numpy(_pom2k(values, lead))
 
@@ -446,6 +486,21 @@ class SnapshotDataset(Dataset):
         return {k: v for k, v in self.__dict__.items() if k != "_handles"} | {"_handles": {}}
 
 
+def _refuse_unheld(unheld: list[str], info: _FileInfo, readable: list[str]) -> None:
+    """ValueError saying what to do where targets ``unheld`` are not held
+    at every snapshot (``readable`` are), as ``info``'s file holds them."""
+    levels = [n for n in unheld if info.stored(n, True) in info.between]
+    if levels:        # between starts only their physics' b levels, the trainer's
+        raise ValueError(f"fields {', '.join(levels)} are held between starts only as the "
+                         f"physics' b levels ({', '.join(map(b_level_name, levels))}): read "
+                         "them with physics_levels=True (as pompy train and pompy evaluate "
+                         "do), or generate with --starts_every 1 for the reference's own")
+    if unheld:
+        raise ValueError(f"fields {', '.join(unheld)} are held only where a sample "
+                         f"starts (snapshots n with n % {info.starts_every} == 0), not at "
+                         f"every snapshot as targets are: ask for some of {', '.join(readable)}")
+
+
 class NonFiniteData(InputError):
     """A dataset's value that is NaN or infinite: bad input (exit 2)."""
 
@@ -460,8 +515,8 @@ def _check_finite(values: np.ndarray, info: _FileInfo, local: int | None, name: 
         return
     where = np.argwhere(bad)[0]
     value = values[tuple(where)]
-    dims = variables.ALL[name.removesuffix("_dti")].dims if name.removesuffix("_dti") in \
-        variables.ALL else tuple(f"n{d + 1}" for d in range(values.ndim))
+    dims = variables.ALL[level_field(name)].dims if level_field(name) in variables.ALL \
+        else tuple(f"n{d + 1}" for d in range(values.ndim))
     if local is None:
         what = f"the grid's {name}"
     else:

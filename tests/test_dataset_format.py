@@ -2,10 +2,12 @@
 snapshot of each variable one zlib chunk, so that a sample reads its own
 snapshots and no others; a sample's start restores bit for bit from the
 compressed file. With ``--starts_every 2`` the snapshots between starts
-hold the targets alone, their other chunks unwritten; samples start only
-where the whole state is, restore bit for bit from it, and --resume goes
-on from the last one. An 8x7x5 seamount, 2 members, 4 snapshots 4 steps
-apart, with the physics' b levels (physics dti 2 x the reference's)."""
+hold the targets alone (ub, vb as the physics' b levels alone), their other
+chunks unwritten; samples start only where the whole state is, restore bit
+for bit from it, and --resume goes on from the last one; a file written
+before the file said what it holds there reads as before. An 8x7x5
+seamount, 2 members, 4 snapshots 4 steps apart, with the physics' b levels
+(physics dti 2 x the reference's)."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,7 +25,7 @@ from pompy.cli import main
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
 from pompy.dataset import NonFiniteData, SnapshotDataset, b_level_name, state_fields
-from pompy.generate.writer import SNAPSHOT_COMPRESSION, estimate_dataset_bytes
+from pompy.generate.writer import HEADER_BYTES, SNAPSHOT_COMPRESSION, estimate_dataset_bytes
 from pompy.train.losses import LOSS_FIELDS
 
 ROOT = Path(__file__).parents[1]
@@ -108,24 +110,28 @@ def test_a_samples_start_restores_bit_for_bit(made):
 
 
 # ------------------------------------------------------------------ --starts_every 2
-TARGETS = [*LOSS_FIELDS, "ub_dti", "vb_dti"]     # what a trainer scores, with its b levels
+# what a snapshot between starts holds: the trainer's loss fields, ub and vb
+# as the physics' b levels alone (the trainer reads those)
+BETWEEN = ["u", "ub_dti", "v", "vb_dti", "t", "s", "el", "ua", "uab", "va", "vab"]
+# the loss fields the reference's own levels give at every snapshot
+OWN = ["u", "v", "t", "s", "el", "ua", "uab", "va", "vab"]
 WHOLE = [*state_fields(), *map(b_level_name, LEVELS)]
 
 
 def held(n: int) -> list[str]:
     """What snapshot n of a --starts_every 2 file holds."""
-    return WHOLE if n % 2 == 0 else TARGETS
+    return WHOLE if n % 2 == 0 else BETWEEN
 
 
-@pytest.mark.parametrize("physics_levels", [False, True])
-def test_samples_start_only_where_the_whole_state_is(made, starts, physics_levels):
+@pytest.mark.parametrize("physics_levels, fields", [(False, OWN), (True, LOSS_FIELDS)])
+def test_samples_start_only_where_the_whole_state_is(made, starts, physics_levels, fields):
     """Horizon 1: starts 0 and 2; horizon 2: start 0 alone (2 + 2 > 3).
     Each sample, state and targets, is the every-snapshot file's sample of
     the same member and start, to the bit."""
     _, whole = made
     for horizon, want in ((1, [0, 2]), (2, [0])):
-        with closing(SnapshotDataset(starts, horizon, LOSS_FIELDS, physics_levels)) as ds, \
-                closing(SnapshotDataset(whole, horizon, LOSS_FIELDS, physics_levels)) as every:
+        with closing(SnapshotDataset(starts, horizon, fields, physics_levels)) as ds, \
+                closing(SnapshotDataset(whole, horizon, fields, physics_levels)) as every:
             assert len(ds) == 2 * len(want)
             for i in range(len(ds)):
                 member, n = i // len(want), want[i % len(want)]
@@ -139,12 +145,28 @@ def test_samples_start_only_where_the_whole_state_is(made, starts, physics_level
 
 
 def test_targets_are_what_every_snapshot_holds(starts):
-    """By default the prognostic fields among the targets; a field held only
-    at the starts is refused as a target, saying which are held."""
+    """By default the prognostic fields among the targets as read (ub, vb
+    with the physics' levels alone); a field held only at the starts is
+    refused as a target, saying which are held."""
     with closing(SnapshotDataset(starts, 1)) as ds:
+        assert sorted(ds.fields) == sorted(OWN)
+    with closing(SnapshotDataset(starts, 1, physics_levels=True)) as ds:
         assert sorted(ds.fields) == sorted(LOSS_FIELDS)
-    with pytest.raises(ValueError, match="tb are held only where a sample starts .* u, ub, v"):
+    with pytest.raises(ValueError, match="tb are held only where a sample starts .* ua, uab, va"):
         SnapshotDataset(starts, 1, fields=["u", "tb"])
+
+
+def test_the_references_own_ub_is_refused_between_starts_saying_what_to_do(made, starts):
+    """ub, vb without the physics' levels: one message naming what to do,
+    where the every-snapshot file gives them."""
+    with pytest.raises(ValueError) as err:
+        SnapshotDataset(starts, 1, fields=["u", "ub", "vb"])
+    assert str(err.value) == (
+        "fields ub, vb are held between starts only as the physics' b levels (ub_dti, "
+        "vb_dti): read them with physics_levels=True (as pompy train and pompy evaluate do), "
+        "or generate with --starts_every 1 for the reference's own")
+    with closing(SnapshotDataset(made[1], 1, fields=["u", "ub", "vb"])) as ds:
+        assert ds[1]["target"].keys() == {"u", "ub", "vb"}
 
 
 def test_a_start_restores_bit_for_bit_to_the_next_start(made, starts):
@@ -153,7 +175,7 @@ def test_a_start_restores_bit_for_bit_to_the_next_start(made, starts):
     start, to the last bit."""
     config, _ = made
     reference = dataclasses.replace(load_config(config), dte=6.0, isplit=3)
-    with closing(SnapshotDataset(starts, horizon=1, fields=LOSS_FIELDS)) as ds:
+    with closing(SnapshotDataset(starts, horizon=1, fields=OWN)) as ds:
         first, second = ds[2], ds[3]
         assert (first["member"], first["iint"], second["member"], second["iint"]) == \
             (1, 0, 1, 2 * STEPS)
@@ -161,7 +183,7 @@ def test_a_start_restores_bit_for_bit_to_the_next_start(made, starts):
         core.run_initialization()
         core.restore(ds.restore_record(first))
         core.run_generation_day(STEPS, capture_interval=0)
-        for name in LOSS_FIELDS:
+        for name in OWN:
             assert torch.equal(core.state[name], first["target"][name][0]), name
         core.run_generation_day(STEPS, capture_interval=0)
         for name in state_fields():
@@ -169,21 +191,23 @@ def test_a_start_restores_bit_for_bit_to_the_next_start(made, starts):
 
 
 def test_between_starts_only_the_targets_take_space(made, starts):
-    """At snapshots 1 and 3 every variable but the targets reads as the
-    fill value (its chunk never written), the targets are the
-    every-snapshot file's; the file is smaller than that file by the
-    chunks left out as HDF5 stores them (shuffled, then deflated at level
-    1: zlib here), within 1 % (measured: to the byte). The size estimate
-    drops by their values' bytes."""
+    """At snapshots 1 and 3 every variable but BETWEEN (the file says which:
+    between_starts_variables) reads as the fill value (its chunk never
+    written), BETWEEN are the every-snapshot file's; the file is smaller
+    than that file by the chunks left out as HDF5 stores them (shuffled,
+    then deflated at level 1: zlib here), within 1 % (measured: to the
+    byte). The size estimate drops by their values' bytes."""
     config, whole = made
     saved = values = 0
     with netCDF4.Dataset(whole) as every, netCDF4.Dataset(starts) as ds:
         every.set_auto_mask(False)
         ds.set_auto_mask(False)
+        assert ds.between_starts_variables.split() == BETWEEN
+        assert ds.target_variables.split() == list(LOSS_FIELDS)
         for name in WHOLE:
             for member in (0, 1):
                 for n in (1, 3):
-                    if name in TARGETS:
+                    if name in BETWEEN:
                         assert np.array_equal(ds[name][member, n], every[name][member, n])
                         continue
                     assert (ds[name][member, n] == netCDF4.default_fillvals["f8"]).all(), name
@@ -198,17 +222,70 @@ def test_between_starts_only_the_targets_take_space(made, starts):
         estimate_dataset_bytes(c, 2, SNAPSHOTS, True, 2) == values
 
 
+def written_bytes(path: Path) -> int:
+    """The bytes of the values a file holds, uncompressed: every variable's,
+    but of a per-snapshot variable only its chunks not the fill value (written)."""
+    total = 0
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_mask(False)
+        for v in ds.variables.values():
+            if v.dimensions[:2] != ("member", "time"):
+                total += v[...].nbytes
+                continue
+            for member in range(v.shape[0]):
+                for n in range(v.shape[1]):
+                    chunk = v[member, n]
+                    total += 0 if (chunk == netCDF4.default_fillvals["f8"]).all() else chunk.nbytes
+    return total
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_the_estimate_counts_the_values_written(made, starts, every):
+    """The size estimate less HDF5's own bytes (HEADER_BYTES) is the values'
+    bytes the file holds, written chunks alone, to the byte."""
+    config, whole = made
+    path = {1: whole, 2: starts}[every]
+    assert estimate_dataset_bytes(load_config(config), 2, SNAPSHOTS, True, every) - \
+        HEADER_BYTES == written_bytes(path)
+
+
+def test_a_file_from_before_between_starts_variables_reads_as_before(made, starts, tmp_path):
+    """A file as written before the attribute (ub, vb and their b levels
+    between starts, no between_starts_variables): ub and vb are targets
+    without the physics' levels, each sample the every-snapshot file's to
+    the bit, and the whole check reads ub there (NaN in it is found)."""
+    old = tmp_path / "dataset.nc"
+    shutil.copyfile(starts, old)
+    with netCDF4.Dataset(made[1]) as every, netCDF4.Dataset(old, "a") as ds:
+        every.set_auto_mask(False)
+        ds.delncattr("between_starts_variables")
+        for name in ("ub", "vb"):
+            ds[name][:, 1] = every[name][:, 1]
+            ds[name][:, 3] = every[name][:, 3]
+    with closing(SnapshotDataset(old, 1, LOSS_FIELDS)) as ds, \
+            closing(SnapshotDataset(made[1], 1, LOSS_FIELDS)) as whole:
+        for i, n in enumerate((0, 2, 3, 5)):              # members 0 and 1, starts 0 and 2
+            for name in LOSS_FIELDS:
+                assert torch.equal(ds[i]["target"][name], whole[n]["target"][name]), name
+        ds.check_finite()
+    with netCDF4.Dataset(old, "a") as ds:
+        ds["ub"][0, 1] = np.full(ds["ub"].shape[2:], np.nan)
+    with closing(SnapshotDataset(old, 1)) as ds, \
+            pytest.raises(NonFiniteData, match="member 0, snapshot 1 .*, field ub "):
+        ds.check_finite()
+
+
 def test_a_sample_reads_no_chunk_it_does_not_hold(starts, tmp_path):
-    """In a copy, NaN into w at member 0's snapshot 1 (between starts, where
-    no sample reads w) and into t at its snapshot 3: the sample of start 0
-    reads as before, the one of start 2 is refused naming snapshot 3, and
-    so is the whole check, which never reads w there."""
+    """In a copy, NaN into w and ub at member 0's snapshot 1 (between starts,
+    where their chunks are unwritten) and into t at its snapshot 3: the
+    sample of start 0 reads as before, the one of start 2 is refused naming
+    snapshot 3, and so is the whole check, which never reads w or ub there."""
     with closing(SnapshotDataset(starts, horizon=1)) as ds:
         before = ds[0]
     copy = tmp_path / "dataset.nc"
     shutil.copyfile(starts, copy)
     with netCDF4.Dataset(copy, "a") as ds:
-        for name, n in (("w", 1), ("t", 3)):
+        for name, n in (("w", 1), ("ub", 1), ("t", 3)):
             ds[name][0, n] = np.full(ds[name].shape[2:], np.nan)
     with closing(SnapshotDataset(copy, horizon=1)) as ds:
         after = ds[0]

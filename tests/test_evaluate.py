@@ -17,6 +17,7 @@ from test_train import (  # noqa: F401 - the fixtures made, made_reference, veri
     certified,
     made,
     made_reference,
+    made_reference_starts,
     options,
     verified,
 )
@@ -94,6 +95,20 @@ def test_evaluate_writes_the_table_the_figure_and_the_ratios(trained, capsys):
     assert float(rows[2]["el_rmse"]) == result["field_ratio"]["el"][0]
     assert (run / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
     assert "explicit core" in result["data_model"] and result["certificate"]
+
+
+def test_data_whole_every_other_snapshot_evaluates_as_the_every_snapshot_data(
+        trained, made_reference_starts, tmp_path):  # noqa: F811 - a fixture
+    """The same run's data with starts_every 2 (between starts, ub and vb as
+    the physics' b levels alone): the same errors at every lead, to the bit."""
+    run, data = trained
+    results = []
+    for where, folder in ((data, "every"), (made_reference_starts, "starts")):
+        assert cli.main(["evaluate", str(run), "--data", str(where), "--cycles", str(CYCLES),
+                         "--output", str(tmp_path / folder)]) == 0
+        results.append(json.loads((tmp_path / folder / "evaluation.json").read_text()))
+    assert results[0]["rmse"] == results[1]["rmse"]
+    assert results[0]["members"] == results[1]["members"] == [2]
 
 
 MASKS = {"u": "dum", "ub": "dum", "ua": "dum", "uab": "dum", "v": "dvm", "vb": "dvm",

@@ -21,6 +21,7 @@ import textwrap
 from contextlib import closing
 from pathlib import Path
 
+import netCDF4
 import numpy as np
 import pytest
 import torch
@@ -209,23 +210,49 @@ def test_data_whole_every_other_snapshot_trains_on_the_same_samples(made, home, 
                                              "--output", str(tmp_path / "out"), "--horizon", "2",
                                              "--correction_scale", "0.0"]))
     try:
-        assert len(trainer.data.dataset) == MEMBERS and trainer.data.train_indices == [0, 1]
-        ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 1)])
-        with closing(SnapshotDataset(made[2], horizon=2, fields=train.LOSS_FIELDS,
-                                     physics_levels=True)) as every:
-            want_ics, want_refs = collate_samples(every, [every[m * (SNAPSHOTS - 2)]
-                                                          for m in (0, 1)])
-        for name in want_ics["state"]:
-            assert torch.equal(ics["state"][name], want_ics["state"][name]), name
-        assert torch.equal(ics["iint"], want_ics["iint"]) and ics["iint"].tolist() == [0, 0]
-        for name in want_refs:
-            assert torch.equal(refs[name], want_refs[name]), name
+        ics, refs = same_samples(trainer, made[2])
         values = trainer.train_batch(ics, refs)
         scale = {n: float((refs[n] ** 2).mean()) for n in LOSS_WEIGHTS}
         for name, mse in zip(LOSS_WEIGHTS, values[1:]):
             assert mse <= 1e-18 * max(scale[name], 1e-30) + 1e-30, (name, mse, scale[name])
     finally:
         trainer.cleanup()
+
+
+def test_data_with_the_physics_levels_alone_between_starts_trains_on_the_same_samples(
+        made_reference, made_reference_starts, home, tmp_path):
+    """The reference's data (the physics' b levels held) with starts_every 2:
+    snapshot 1 holds ub and vb as the physics' b levels alone, and the
+    trainer's samples, initial states and targets, are those of the
+    every-snapshot data of the same run, to the bit."""
+    with netCDF4.Dataset(made_reference_starts / "dataset.nc") as ds:
+        ds.set_auto_mask(False)
+        assert (ds["ub"][0, 1] == netCDF4.default_fillvals["f8"]).all()
+        assert np.isfinite(ds["ub_dti"][0, 1]).all()
+    where = (*made_reference[:2], made_reference_starts)
+    trainer = NPOMTrainerDDP(options(where, tmp_path, "--horizon", 2))
+    try:
+        same_samples(trainer, made_reference[2])
+    finally:
+        trainer.cleanup()
+
+
+def same_samples(trainer: NPOMTrainerDDP, every_snapshot: Path) -> tuple[dict, dict]:
+    """The trainer's samples of members 0 and 1 (of horizon 2: start 0 alone,
+    its data's starts_every 2), asserted equal to the bit to those of the
+    every-snapshot data ``every_snapshot`` of the same run: (ics, refs)."""
+    assert len(trainer.data.dataset) == MEMBERS and trainer.data.train_indices == [0, 1]
+    ics, refs = collate_samples(trainer.data.dataset, [trainer.data.train[i] for i in (0, 1)])
+    with closing(SnapshotDataset(every_snapshot, horizon=2, fields=train.LOSS_FIELDS,
+                                 physics_levels=True)) as every:
+        want_ics, want_refs = collate_samples(every, [every[m * (SNAPSHOTS - 2)] for m in (0, 1)])
+    for name in want_ics["state"]:
+        assert torch.equal(ics["state"][name], want_ics["state"][name]), name
+    assert torch.equal(ics["iint"], want_ics["iint"]) and ics["iint"].tolist() == [0, 0]
+    assert refs.keys() == want_refs.keys()
+    for name in want_refs:
+        assert torch.equal(refs[name], want_refs[name]), name
+    return ics, refs
 
 
 def test_gradients_reach_both_networks_and_learned_parameters(made, home, tmp_path):
@@ -1039,14 +1066,24 @@ def test_the_shipped_training_configs():
 def made_reference(made, tmp_path_factory):
     """The tiny config's data made by a reference: the explicit core at dti
     = 120 s (dte 4 s, isplit 30), snapshots a correction cycle (480 s) apart."""
-    folder = tmp_path_factory.mktemp("reference")
+    return made[0], made[1], reference_dataset(made, tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture(scope="module")
+def made_reference_starts(made, tmp_path_factory):
+    """The folder of made_reference's data with starts_every 2."""
+    return reference_dataset(made, tmp_path_factory.mktemp("reference_starts"), starts_every=2)
+
+
+def reference_dataset(made, folder: Path, **settings) -> Path:
+    """The folder of made_reference's data (with the &generate ``settings`` given)."""
     every = 2 * DTI / 86400
     from pompy.settings import GenerateSettings, read
     generate(tiny_config(), read(GenerateSettings, {
         "config": made[1], "output": folder / "data", "days": (SNAPSHOTS - 1) * every,
         "every": every, "core": "explicit", "members": MEMBERS, "reference_dti": 120.0,
-        "reference_dte": 4.0}), log=open(os.devnull, "w"))
-    return made[0], made[1], folder / "data"
+        "reference_dte": 4.0, **settings}), log=open(os.devnull, "w"))
+    return folder / "data"
 
 
 def _masked_mse(pred: np.ndarray, ref: np.ndarray, mask: np.ndarray, kb: int) -> float:

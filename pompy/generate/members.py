@@ -179,7 +179,7 @@ def run_ensemble(model: Core, start: dict, writer: DatasetWriter, members: list[
     with snapshots already written (--resume), from the last start
     snapshot every member has. A member that blows up is named in the
     ModelStop by its ensemble number."""
-    done = min(map(writer.resumable, range(len(members))))
+    done = writer.resumable_together()
     initial = []
     for local, m_seed in enumerate(seeds):
         if done:

@@ -24,7 +24,8 @@ import torch
 from pompy import __version__, variables
 from pompy.config import CASE_PARAMS, Config
 from pompy.core.stepping import LEAPFROG
-from pompy.dataset import FORMAT, b_level_name, grid_fields, is_start, state_fields
+from pompy.dataset import (FORMAT, b_level_name, between_starts, grid_fields, held_at,
+                           held_variables, is_start, level_field, state_fields)
 from pompy.driver import COMPILED
 from pompy.errors import InputError
 from pompy.generate.perturbations import PERTURBATION_TEXT
@@ -47,7 +48,7 @@ HEADER_BYTES = 114_000
 # times, for 20 % more time: level 1.
 SNAPSHOT_COMPRESSION = dict(zlib=True, shuffle=True, complevel=1)
 # what a snapshot between two starts holds: the fields a trainer scores
-# (and their physics' b levels where held)
+# (ub, vb as their physics' b levels where held: pompy.dataset.between_starts)
 TARGET_FIELDS = LOSS_FIELDS
 # attributes that may differ between an interrupted file and its resumption
 RESUMABLE = frozenset({"history", "torch_compile"})
@@ -68,6 +69,7 @@ def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, r
     them): the reference ``config`` that made it, the ``physics`` config
     it is for, the settings and the schedule."""
     ref, ens = settings.reference, settings.ensemble
+    ratio = physics_ratio(config, physics, steps, spinup_steps)
     return {
         "target_model": describe_model(ref.core, config, ref.refine),
         "reference_refine": ref.refine,
@@ -83,18 +85,26 @@ def dataset_attributes(config: Config, settings: GenerateSettings, steps: int, r
         "member_split": f"member m is in the file of rank m % {world}",
         "state_variables": " ".join(state_fields()), "grid_variables": " ".join(grid_fields()),
         "spinup_steps": spinup_steps,
-        "physics_step_ratio": physics_ratio(config, physics, steps, spinup_steps),
+        "physics_step_ratio": ratio,
     } | ({"ranges": ens.ranges, "spinup_spread": float(settings.schedule.spinup_spread)}
-         if ens.perturb == "params" else {}) | starts_attributes(settings.schedule.starts_every)
+         if ens.perturb == "params" else {}) | \
+        starts_attributes(settings.schedule.starts_every, level_names(bool(ratio)))
 
 
-def starts_attributes(starts_every: int) -> dict:
-    """The start snapshots' attributes; none where every snapshot is one,
-    so that such a file is the one made without the setting (and a partial
-    one made without it resumes)."""
+def level_names(held: bool) -> list[str]:
+    """The fields whose physics' b levels a file holds where it holds them
+    (ub, vb, tb, ...: a physics_step_ratio > 0)."""
+    return [b for _, b in LEAPFROG] if held else []
+
+
+def starts_attributes(starts_every: int, levels: list[str]) -> dict:
+    """The start snapshots' attributes, for a file holding the b levels of
+    ``levels``; none where every snapshot is one, so that such a file is the
+    one made without the setting (and a partial one made without it resumes)."""
     if starts_every == 1:
         return {}
-    return {"starts_every": starts_every, "target_variables": " ".join(TARGET_FIELDS)}
+    return {"starts_every": starts_every, "target_variables": " ".join(TARGET_FIELDS),
+            "between_starts_variables": " ".join(between_starts(TARGET_FIELDS, levels))}
 
 
 def _chunks(config: Config, name: str) -> tuple[int, ...]:
@@ -103,7 +113,9 @@ def _chunks(config: Config, name: str) -> tuple[int, ...]:
 
 
 def _count(config: Config, names: list[str]) -> int:
-    return sum(math.prod(variables.shape(n, config.im, config.jm, config.kb)) for n in names)
+    """The values of stored variables ``names`` (b levels too) at one snapshot."""
+    return sum(math.prod(variables.shape(level_field(n), config.im, config.jm, config.kb))
+               for n in names)
 
 
 def estimate_dataset_bytes(config: Config, members: int, records: int,
@@ -117,11 +129,10 @@ def estimate_dataset_bytes(config: Config, members: int, records: int,
     check needs."""
     coordinates = config.im + config.jm + 2 * config.kb           # x, y, sigma, sigma_w
     grid = 8 * (coordinates + _count(config, grid_fields()))
-    levels = [b for _, b in LEAPFROG] if b_levels else []
+    levels = level_names(b_levels)
     starts = len(range(0, records, starts_every))
-    state = 8 * _count(config, state_fields() + levels)
-    targets = 8 * _count(config, [*TARGET_FIELDS, *(n for n in TARGET_FIELDS if n in levels)]) \
-        if starts_every > 1 else state
+    state = 8 * _count(config, held_variables(state_fields(), levels))
+    targets = 8 * _count(config, between_starts(TARGET_FIELDS, levels))
     per_member = 4 + 8 + 8 * len(CASE_PARAMS) + 4 + 4    # member, seed, case, count, offset
     return (grid + members * (starts * state + (records - starts) * targets)
             + records * (8 + 4) + members * per_member + HEADER_BYTES)
@@ -186,7 +197,7 @@ class DatasetWriter:
             define_variable(ds, name, ("member", "time"), compress=SNAPSHOT_COMPRESSION,
                             located=True, chunks=_chunks(config, name))
         self.ratio = int(attributes["physics_step_ratio"])
-        for _, name in LEAPFROG if self.ratio else ():
+        for name in level_names(bool(self.ratio)):
             v = ds.createVariable(b_level_name(name), "f8", ("member", "time") + cf_dims(name),
                                   chunksizes=_chunks(config, name), **SNAPSHOT_COMPRESSION)
             v.units = variables.ALL[name].units
@@ -217,9 +228,15 @@ class DatasetWriter:
         return self
 
     def _set_starts(self, attributes: Mapping) -> None:
-        """Which snapshots hold the whole state, and what the others hold."""
+        """Which snapshots hold the whole state, and what the others hold (a
+        file of this version: check_resumed refuses any other's)."""
         self.starts_every = int(attributes.get("starts_every", 1))
-        self.targets = str(attributes.get("target_variables", "")).split() or state_fields()
+        self.between = str(attributes.get("between_starts_variables", "")).split()
+
+    def held(self, n: int) -> list[str]:
+        """The variables snapshot n holds (b levels included)."""
+        return held_at(n, self.starts_every, state_fields(), level_names(bool(self.ratio)),
+                       self.between)
 
     progress = None          # a pompy.driver.Progress told of each snapshot written
 
@@ -227,11 +244,15 @@ class DatasetWriter:
         """The snapshots a generation of ``records`` + 1 a member has still to
         write: from each member's last start snapshot (members together: the
         earliest of theirs), none of a member already complete."""
-        kept = [self.resumable(m) for m in range(len(self.done))]
         if together:
-            return len(kept) * (records + 1 - min(kept))
-        return sum(0 if done == records + 1 else records + 1 - k
-                   for done, k in zip(self.done, kept))
+            return len(self.done) * (records + 1 - self.resumable_together())
+        return sum(0 if done == records + 1 else records + 1 - self.resumable(m)
+                   for m, done in enumerate(self.done))
+
+    def resumable_together(self) -> int:
+        """How many snapshots of every member a generation stepping them
+        together keeps: the fewest any member's :meth:`resumable` keeps."""
+        return min(map(self.resumable, range(len(self.done))))
 
     def resumable(self, member: int) -> int:
         """How many of a member's snapshots a resumed generation keeps: up to
@@ -253,12 +274,9 @@ class DatasetWriter:
         if int(record["iint"]) != want:
             raise RuntimeError(f"snapshot {n} is at iint {record['iint']}, expected {want}")
         # between starts only the targets: the other chunks stay unwritten, taking no space
-        names = state_fields() if is_start(n, self.starts_every) else self.targets
-        for name in names:
-            self.ds[name][member, n] = to_cf(_numpy(record, name))
-        for name in (levels or {}) if self.ratio else ():
-            if name in names:
-                self.ds[b_level_name(name)][member, n] = to_cf(_numpy(levels, name))
+        values = {**record, **{b_level_name(name): v for name, v in (levels or {}).items()}}
+        for stored in self.held(n):
+            self.ds[stored][member, n] = to_cf(_numpy(values, stored))
         if n + 1 > self.done[member]:            # counted once every field is in
             self.done[member] = n + 1
             self.ds["snapshots"][member] = n + 1
