@@ -1013,7 +1013,12 @@ REFUSING_RANK = textwrap.dedent("""
     except InputError as err:
         sys.stdout.write(f"pompy: {err}\\n")    # one write: the ranks share the pipe
         sys.stdout.flush()
-        sys.exit(2)
+        # as pompy.train.cli leaves: the group destroyed, no Python teardown
+        # (with gloo's threads up it aborted once in 4 runs: "terminate called")
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        os._exit(2)
 """)
 
 
