@@ -27,28 +27,31 @@ DOCS = Path(__file__).parent
 STATIC = DOCS / "_static"
 
 
+def _made_in_scratch(steps: list[tuple[str, str]], made: str, target: str) -> None:
+    """Run ``steps`` in order in a scratch folder holding the configs (each
+    ("python", code) or ("pompy", its arguments)), then keep its ``made``
+    file as _static/``target``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        os.symlink(DOCS.parent / "configs", Path(scratch) / "configs")
+        for kind, what in steps:
+            argv = ["-c", what] if kind == "python" else ["-m", "pompy", *what.split()]
+            subprocess.run([sys.executable, *argv], cwd=scratch, check=True)
+        shutil.copy(Path(scratch) / made, STATIC / target)
+
+
 def first_run() -> None:
     page = (DOCS / "getting-started.md").read_text()
     section = page.split("\n## First plot", 1)[1].split("\n## ", 1)[0]
     code = "\n".join(re.findall(r"```python\n(.*?)```", section, flags=re.S))
-    with tempfile.TemporaryDirectory() as scratch:
-        os.symlink(DOCS.parent / "configs", Path(scratch) / "configs")
-        subprocess.run([sys.executable, "-m", "pompy", "run", "configs/seamount.nml"],
-                       cwd=scratch, check=True)
-        subprocess.run([sys.executable, "-c", code], cwd=scratch, check=True)
-        shutil.copy(Path(scratch) / "first-run.png", STATIC / "first-run.png")
+    _made_in_scratch([("pompy", "run configs/seamount.nml"), ("python", code)],
+                     "first-run.png", "first-run.png")
 
 
 def tutorial_basin() -> None:
     page = (DOCS / "tutorial.md").read_text()
     *setup, plot = re.findall(r"```python\n(.*?)```", page, flags=re.S)
-    with tempfile.TemporaryDirectory() as scratch:
-        os.symlink(DOCS.parent / "configs", Path(scratch) / "configs")
-        for code in setup:
-            subprocess.run([sys.executable, "-c", code], cwd=scratch, check=True)
-        subprocess.run([sys.executable, "-m", "pompy", "run", "basin.nml"], cwd=scratch, check=True)
-        subprocess.run([sys.executable, "-c", plot], cwd=scratch, check=True)
-        shutil.copy(Path(scratch) / "basin.png", STATIC / "tutorial-basin.png")
+    _made_in_scratch([*(("python", code) for code in setup), ("pompy", "run basin.nml"),
+                      ("python", plot)], "basin.png", "tutorial-basin.png")
 
 
 def implicit_damping() -> None:

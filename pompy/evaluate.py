@@ -145,7 +145,7 @@ class TrainedModel:
                            self.normalizer, poms, ics, cycles, on_cycle=done)
         failed = [m for m, f in zip(members, self.runner.failed) if f]
         if failed:
-            raise ModelStop(f"the {'corrected' if corrected else 'uncorrected'} physics of "
+            raise ModelStop(f"the {which} physics of "
                             f"member(s) {failed} stopped in the rollout")
         return preds
 

@@ -229,6 +229,17 @@ def test_a_full_disk_at_a_log_row_under_torchrun_stops_every_rank(made, home, tm
 
 
 # ------------------------------------------------------------------ two nodes
+def finished(nodes: list[subprocess.Popen]) -> list[str]:
+    """Each node's stderr once it ends (killed past TIMEOUT)."""
+    errs = []
+    for node in nodes:
+        try:
+            errs.append(node.communicate(timeout=TIMEOUT)[1])
+        finally:
+            node.kill()
+    return errs
+
+
 def test_a_certificate_missing_on_one_of_two_nodes_stops_both_with_its_line(made, home,
                                                                             tmp_path):
     """Two launches under one c10d rendezvous on 127.0.0.1 (two nodes), the
@@ -247,12 +258,7 @@ def test_a_certificate_missing_on_one_of_two_nodes_stops_both_with_its_line(made
     time.sleep(1)                        # the first is the rendezvous' keeper
     nodes.append(subprocess.Popen(argv, env=env(), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True))
-    errs = []
-    for node in nodes:
-        try:
-            errs.append(node.communicate(timeout=TIMEOUT)[1])
-        finally:
-            node.kill()
+    errs = finished(nodes)
     assert [node.returncode for node in nodes] == [2, 2], errs
     lines = [the_line(err) for err in errs]
     assert lines[0] == lines[1], lines
@@ -276,12 +282,7 @@ def test_two_nodes_log_what_one_node_of_two_ranks_logs(made, home, tmp_path):
                   *train, "--output", str(tmp_path / "two"), nodes=2, procs=1)
     nodes = [subprocess.Popen(argv, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
-    errs = []
-    for node in nodes:
-        try:
-            errs.append(node.communicate(timeout=TIMEOUT)[1])
-        finally:
-            node.kill()
+    errs = finished(nodes)
     assert [node.returncode for node in nodes] == [0, 0], [e[-2000:] for e in errs]
     logs = [tmp_path / run / "train_log.csv" for run in ("one", "two")]
     assert logs[0].read_bytes() == logs[1].read_bytes() and len(read_csv(logs[0])) > 2

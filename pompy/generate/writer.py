@@ -281,8 +281,8 @@ class DatasetWriter:
             self.done[member] = n + 1
             self.ds["snapshots"][member] = n + 1
         if self.progress is not None:
-            self.progress.advance(f"member {int(self.ds['member'][member])} snapshot {n}",
-                                  member=int(self.ds["member"][member]), snapshot=n)
+            m = int(self.ds["member"][member])
+            self.progress.advance(f"member {m} snapshot {n}", member=m, snapshot=n)
 
     def read(self, member: int, n: int, device, dtype: torch.dtype) -> dict:
         """Snapshot n of the file's member ``member`` as a snapshot record
