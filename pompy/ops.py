@@ -308,6 +308,18 @@ def sqrt_rn(x: Tensor) -> Tensor:
     return torch.where((s > 0) & torch.isfinite(s), s + r / (2.0 * s), s)
 
 
+def on_host(x: Tensor) -> bool:
+    """Whether ``x``'s value may be read in Python at no cost to what a
+    step computes: a CPU tensor outside autograd (no gradient mode, no
+    reverse or forward graph), torch.compile, dispatch modes and torch.func
+    transforms, so the read neither synchronises a device nor decides what a
+    gradient-enabled step records."""
+    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+                or torch.is_grad_enabled() or x.device.type != "cpu" or x.requires_grad
+                or forward_ad._current_level >= 0
+                or torch._C._functorch.is_functorch_wrapped_tensor(x))
+
+
 def _sqrt_numpy(x: Tensor) -> Tensor | None:
     """sqrt_rn's bits through numpy, or None where that cannot be used: with
     gradients enabled (a gradient step reads nothing on the host but its
@@ -315,10 +327,7 @@ def _sqrt_numpy(x: Tensor) -> Tensor | None:
     (reverse or forward mode, torch.func, torch.compile, a dispatch mode),
     off the CPU, strided, or holding a value outside _SQRT_EXACT, where the
     Newton step's bits are not the rounded sqrt."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 \
-            or torch.is_grad_enabled() or x.dtype not in _SQRT_EXACT or x.device.type != "cpu" or x.requires_grad \
-            or not x.is_contiguous() or forward_ad._current_level >= 0 \
-            or torch._C._functorch.is_functorch_wrapped_tensor(x):
+    if not on_host(x) or x.dtype not in _SQRT_EXACT or not x.is_contiguous():
         return None
     a = x.numpy()
     lo, hi = _SQRT_EXACT[x.dtype]

@@ -11,12 +11,13 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from pompy.calls import apply
 from pompy.config import Config
 from pompy.core.external.checks import VELOCITY, vel_check, velocity_failure, velocity_within
 from pompy.core.stepping import ROUTINES
-from pompy.ops import put, span
+from pompy.ops import on_host, put, span
 from pompy.utils.safety import safe_divide
 
 
@@ -34,72 +35,143 @@ def pass_kind(iext: int, isplit: int, ispadv: int) -> PassKind:
                     last=iext == isplit)
 
 
+class Transport(NamedTuple):
+    """One transport equation's terms that no pass changes, on its range
+    (uaf: i = 2..im, j = 2..jmm1; vaf: i = 2..imm1, j = 2..jm), read at the
+    point and behind it (``_m``: i-1 for uaf, j-1 for vaf)."""
+    ar: Tensor          # aru (arv)
+    ar_cor: Tensor      # aru*.25: the Coriolis term's factor
+    cor: Tensor
+    cor_m: Tensor
+    grav_ds: Tensor     # .25*grav*(dy(i,j)+dy(i-1,j)) (dx for vaf): the slope term's factor
+    h: Tensor
+    h_m: Tensor
+    e_atmos: Tensor
+    e_atmos_m: Tensor
+    ad2d: Tensor        # adx2d (ady2d)
+    dr2d: Tensor        # drx2d (dry2d)
+    surf: Tensor        # wusurf (wvsurf); not wubot, which advave writes in mode 2
+
+
+class PassConstants(NamedTuple):
+    """What every external pass of one internal step reads unchanged (the
+    grid, the surface forcing, the 3-D terms of the 2-D mode), each a view of
+    pom2k's range or a subexpression pom2k evaluates before anything a pass
+    changes: a pass given them computes each point by the same operations
+    in the same order (the same bits)."""
+    dy_u: Tensor        # dy(i,j)+dy(i-1,j), i = 2..im, j = 2..jm (fluxua)
+    dx_v: Tensor        # dx(i,j)+dx(i,j-1) (fluxva)
+    art: Tensor         # i = 2..imm1, j = 2..jmm1 (continuity)
+    vfluxf: Tensor
+    u: Transport
+    v: Transport
+
+
+def _transport(s: dict, grav: float, ds: Tensor, at: tuple, behind: tuple,
+               ar: str, ad2d: str, dr2d: str, surf: str) -> Transport:
+    area, cor, h, e_atmos = s[ar][at], s["cor"], s["h"], s["e_atmos"]
+    return Transport(area, area * .25, cor[at], cor[behind], .25 * grav * (ds[at] + ds[behind]),
+                     h[at], h[behind], e_atmos[at], e_atmos[behind], s[ad2d][at], s[dr2d][at],
+                     s[surf][at])
+
+
+def pass_constants(s: dict, p: dict) -> PassConstants:
+    """The passes' constants (PassConstants) of the state ``s`` before them."""
+    im, jm = s["h"].shape
+    imm1, jmm1 = im - 1, jm - 1
+    dx, dy = s["dx"], s["dy"]
+    I, Im, J, Jm = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1)
+    interior = span(2, imm1), span(2, jmm1)
+    u = _transport(s, p["grav"], dy, (I, span(2, jmm1)), (Im, span(2, jmm1)),
+                   "aru", "adx2d", "drx2d", "wusurf")
+    v = _transport(s, p["grav"], dx, (span(2, imm1), J), (span(2, imm1), Jm),
+                   "arv", "ady2d", "dry2d", "wvsurf")
+    return PassConstants(dy[I, J] + dy[Im, J], dx[I, J] + dx[I, Jm], s["art"][interior],
+                         s["vfluxf"][interior], u, v)
+
+
 def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES,
-                  kind: PassKind | None = None) -> dict:
+                  kind: PassKind | None = None, fixed: PassConstants | None = None) -> dict:
     """One pass ``p["iext"]`` of pom2k's external (2-D) mode (or one of
     ``kind``, p's iext then unread): continuity (elf), momentum (uaf, vaf),
     the velocity check (vamax at imax, jmax), the time-split filter and
     time-level shift when vamax <= vmaxl, the sums egf, utf, vtf for the
-    internal mode, and etf over the last three passes. The shift under the
-    check is a select, not a Python branch, so no value leaves the device."""
+    internal mode, and etf over the last three passes. ``fixed``: the
+    passes' constants (pass_constants of the state before the first pass),
+    else computed here. The shift under the check is a select, not a Python
+    branch, so no value leaves the device (outside autograd on the CPU,
+    pompy.ops.on_host, a passed check is read instead: one read, not ten
+    selects)."""
     s = dict(s)
-    isplit, dte, grav, alpha, smoth = (p[n] for n in ("isplit", "dte", "grav", "alpha", "smoth"))
+    isplit, dte, alpha, smoth = (p[n] for n in ("isplit", "dte", "alpha", "smoth"))
     if kind is None:
         kind = pass_kind(p["iext"], isplit, p["ispadv"])
+    if fixed is None:
+        fixed = pass_constants(s, p)
     im, jm = s["h"].shape
     imm1, jmm1 = im - 1, jm - 1
-    d, dx, dy, ua, va, art = s["d"], s["dx"], s["dy"], s["ua"], s["va"], s["art"]
+    d, ua, va = s["d"], s["ua"], s["va"]
     # Each section reads pom2k's loop ranges as views (pompy.ops.span): I, J
     # the range, Im (Ip) the range read at i-1 (i+1), Jm, Jp likewise; a view
     # read more than once is named in capitals (D = d(i,j), Dm = d(i-1,j)).
     # the fluxes on the faces i = 2..im, j = 2..jm
     I, Im, J, Jm = span(2, im), span(2, im, -1), span(2, jm), span(2, jm, -1)
     D = d[I, J]
-    s["fluxua"] = put(s["fluxua"], .25 * (D + d[Im, J]) * (dy[I, J] + dy[Im, J]) * ua[I, J],
+    s["fluxua"] = put(s["fluxua"], .25 * (D + d[Im, J]) * fixed.dy_u * ua[I, J],
                       i=(2, im), j=(2, jm))
-    s["fluxva"] = put(s["fluxva"], .25 * (D + d[I, Jm]) * (dx[I, J] + dx[I, Jm]) * va[I, J],
+    s["fluxva"] = put(s["fluxva"], .25 * (D + d[I, Jm]) * fixed.dx_v * va[I, J],
                       i=(2, im), j=(2, jm))
     fu, fv = s["fluxua"], s["fluxva"]
     # continuity, with the surface freshwater flux w(1) = vfluxf; i = 2..imm1, j = 2..jmm1
     I, Ip, J, Jp = span(2, imm1), span(2, imm1, 1), span(2, jmm1), span(2, jmm1, 1)
-    elf = s["elb"][I, J] + p["dte2"] * (-(fu[Ip, J] - fu[I, J] + fv[I, Jp] - fv[I, J]) / art[I, J]
-                                        - s["vfluxf"][I, J])
+    elf = s["elb"][I, J] + p["dte2"] * (-(fu[Ip, J] - fu[I, J] + fv[I, Jp] - fv[I, J]) / fixed.art
+                                        - fixed.vfluxf)
     s["elf"] = put(s["elf"], elf, i=(2, imm1), j=(2, jmm1))
     apply(s, p, "bcond(1)", routines=routines)
     if kind.advave:
         apply(s, p, "advave(tps)", routines=routines)
-    el, elb, elf, e_atmos, cor, h = (s[n] for n in ("el", "elb", "elf", "e_atmos", "cor", "h"))
+    el, elb, elf = s["el"], s["elb"], s["elf"]
     # uaf on i = 2..im, j = 2..jmm1
     I, Im, J, Jp = span(2, im), span(2, im, -1), span(2, jmm1), span(2, jmm1, 1)
-    aru, D, Dm, H, Hm = s["aru"][I, J], d[I, J], d[Im, J], h[I, J], h[Im, J]
+    c, D, Dm = fixed.u, d[I, J], d[Im, J]
     ELB, ELBm, ELF, ELFm = elb[I, J], elb[Im, J], elf[I, J], elf[Im, J]
-    uaf = (s["adx2d"][I, J] + s["advua"][I, J]
-           - aru * .25 * (cor[I, J] * D * (va[I, Jp] + va[I, J])
-                          + cor[Im, J] * Dm * (va[Im, Jp] + va[Im, J]))
-           + .25 * grav * (dy[I, J] + dy[Im, J]) * (D + Dm)
+    uaf = (c.ad2d + s["advua"][I, J]
+           - c.ar_cor * (c.cor * D * (va[I, Jp] + va[I, J])
+                         + c.cor_m * Dm * (va[Im, Jp] + va[Im, J]))
+           + c.grav_ds * (D + Dm)
            * ((1.0 - 2.0 * alpha) * (el[I, J] - el[Im, J])
               + alpha * (ELB - ELBm + ELF - ELFm)
-              + e_atmos[I, J] - e_atmos[Im, J])
-           + s["drx2d"][I, J] + aru * (s["wusurf"][I, J] - s["wubot"][I, J]))
-    uaf = safe_divide((H + ELB + Hm + ELBm) * aru * s["uab"][I, J] - 4.0 * dte * uaf,
-                      (H + ELF + Hm + ELFm) * aru, layer="external_step")
+              + c.e_atmos - c.e_atmos_m)
+           + c.dr2d + c.ar * (c.surf - s["wubot"][I, J]))
+    uaf = safe_divide((c.h + ELB + c.h_m + ELBm) * c.ar * s["uab"][I, J] - 4.0 * dte * uaf,
+                      (c.h + ELF + c.h_m + ELFm) * c.ar, layer="external_step")
     s["uaf"] = put(s["uaf"], uaf, i=(2, im), j=(2, jmm1))
     # vaf on i = 2..imm1, j = 2..jm
     I, Ip, J, Jm = span(2, imm1), span(2, imm1, 1), span(2, jm), span(2, jm, -1)
-    arv, D, Dm, H, Hm = s["arv"][I, J], d[I, J], d[I, Jm], h[I, J], h[I, Jm]
+    c, D, Dm = fixed.v, d[I, J], d[I, Jm]
     ELB, ELBm, ELF, ELFm = elb[I, J], elb[I, Jm], elf[I, J], elf[I, Jm]
-    vaf = (s["ady2d"][I, J] + s["advva"][I, J]
-           + arv * .25 * (cor[I, J] * D * (ua[Ip, J] + ua[I, J])
-                          + cor[I, Jm] * Dm * (ua[Ip, Jm] + ua[I, Jm]))
-           + .25 * grav * (dx[I, J] + dx[I, Jm]) * (D + Dm)
+    vaf = (c.ad2d + s["advva"][I, J]
+           + c.ar_cor * (c.cor * D * (ua[Ip, J] + ua[I, J])
+                         + c.cor_m * Dm * (ua[Ip, Jm] + ua[I, Jm]))
+           + c.grav_ds * (D + Dm)
            * ((1.0 - 2.0 * alpha) * (el[I, J] - el[I, Jm])
               + alpha * (ELB - ELBm + ELF - ELFm)
-              + e_atmos[I, J] - e_atmos[I, Jm])
-           + s["dry2d"][I, J] + arv * (s["wvsurf"][I, J] - s["wvbot"][I, J]))
-    vaf = safe_divide((H + ELB + Hm + ELBm) * s["vab"][I, J] * arv - 4.0 * dte * vaf,
-                      (H + ELF + Hm + ELFm) * arv, layer="external_step")
+              + c.e_atmos - c.e_atmos_m)
+           + c.dr2d + c.ar * (c.surf - s["wvbot"][I, J]))
+    vaf = safe_divide((c.h + ELB + c.h_m + ELBm) * s["vab"][I, J] * c.ar - 4.0 * dte * vaf,
+                      (c.h + ELF + c.h_m + ELFm) * c.ar, layer="external_step")
     s["vaf"] = put(s["vaf"], vaf, i=(2, imm1), j=(2, jm))
     apply(s, p, "bcond(2)", routines=routines)
+    return _shift(s, p, kind)
+
+
+def _shift(s: dict, p: dict, kind: PassKind) -> dict:
+    """The end of a pass: etf, the velocity check, and where vamax <= vmaxl
+    the filter against the time split, the time levels shifted and the
+    internal mode's sums."""
+    isplit, smoth = p["isplit"], p["smoth"]
+    im, jm = s["h"].shape
+    el, elb, elf, ua, va, h = (s[n] for n in ("el", "elb", "elf", "ua", "va", "h"))
     # etf: the filtered elevation over the last three passes
     if kind.etf == 1:
         s["etf"] = .25 * smoth * s["elf"]
@@ -127,8 +199,11 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES,
         new["utf"] = put(s["utf"], s["utf"][I] + uan[I] * (dn[I] + dn[Im]) * isp2i, i=(2, im))
         new["vtf"] = put(s["vtf"], s["vtf"][:, J] + van[:, J] * (dn[:, J] + dn[:, Jm]) * isp2i,
                          j=(2, jm))
-    for name, value in new.items():
-        s[name] = torch.where(ok, value, s[name])
+    if on_host(ok) and bool(ok):
+        s.update(new)
+    else:
+        for name, value in new.items():
+            s[name] = torch.where(ok, value, s[name])
     return s
 
 
@@ -164,8 +239,11 @@ class SplitExplicit:
 
     def external_mode(self, s: dict, p: dict, routines: Mapping[str, Callable]) -> dict:
         s = self.begin(s, p)
+        # outside autograd the passes share their constants; under it each
+        # pass records its own, as the graph whose gradients were verified
+        fixed = None if torch.is_grad_enabled() else pass_constants(s, p)
         for kind in self.passes(p):
-            s = self.step(s, p, routines, kind)
+            s = self.step(s, p, routines, kind, fixed)
         return s
 
     def within(self, config: Config, values: Mapping):
