@@ -63,8 +63,6 @@ def by_level(x: Tensor) -> tuple[Tensor, ...]:
     values are unchanged."""
     if torch.compiler.is_compiling():   # Inductor keeps a stack (a cat) as a buffer, but folds
         return torch.stack(x.unbind(2)).unbind()   # a clone into the sweep, read at stride kb
-    if not torch.is_grad_enabled():
-        return x.unbind(2)
     return x.permute(2, 0, 1).clone(memory_format=torch.contiguous_format).unbind()
 
 
