@@ -11,6 +11,7 @@ runs against the oracle within a measured tolerance; inputs are never written.
 import pytest
 from hypothesis import given, settings
 
+from conftest import assert_fields_close
 from core_checks import assert_inputs_not_written, float32_errors
 from oracle_compare import compare_call
 from pompy.core.boundary import bcond
@@ -61,3 +62,27 @@ def test_float32_close_to_oracle(oracle, idx, seed):
 def test_inputs_are_not_written(oracle, idx):
     _, params, state = random_state(7, 7, 6, 5, oracle)
     assert_inputs_not_written(bcond, oracle, f"bcond({idx})", open_state(state, 7), params)
+
+
+def test_radiation_factors_follow_h_written_in_place(oracle):
+    """Outside autograd bcond(2) keeps its radiation factors rf*sqrt(grav/h)
+    for the h tensor they came from: a second call on the same h reuses
+    them, and once h is written in place (its version moves) they are
+    computed anew. Each call matches the oracle on the h it was given."""
+    import numpy as np
+    import torch
+    from pompy.calls import invoke
+
+    _, params, state = random_state(11, 9, 8, 7, oracle)
+    state = open_state(state, 11)
+    tensors = {k: torch.as_tensor(np.ascontiguousarray(v), dtype=torch.float64)
+               for k, v in state.items()}
+    with torch.inference_mode():
+        for scale in (1.0, 1.0, 2.5):
+            if scale != 1.0:
+                tensors["h"].mul_(scale)            # the same tensor, written in place
+            numpy_state = {**state, "h": tensors["h"].numpy().copy()}
+            want = oracle.call("bcond(2)", numpy_state, params)
+            out, _ = invoke(bcond, "bcond(2)", tensors, params)
+            got = {"uaf": out.uaf.numpy(), "vaf": out.vaf.numpy()}
+            assert_fields_close(got, {k: want[k] for k in got}, 1e-12, label=f"h x {scale}")

@@ -91,22 +91,33 @@ def test_vertical_averages_matches_oracle(oracle, case, mode):
                  dict(params, mode=mode), rtol=2e-16)
 
 
+def external_step_outside_autograd(s, p):
+    """external_step as SplitExplicit steps it in a run (inference mode):
+    the passes' constants computed once and given, the check read on the host."""
+    with torch.inference_mode():
+        return split.external_step(s, p, fixed=split.pass_constants(s, p))
+
+
+EXTERNAL_STEPS = pytest.mark.parametrize(
+    "step", [split.external_step, external_step_outside_autograd], ids=["recorded", "run"])
+
+
+@EXTERNAL_STEPS
 @settings(max_examples=20, deadline=None)
 @given(pom_states(), st.sampled_from([1, 5, 8, 9, 10]), st.sampled_from([2, 3]))
-def test_external_step_matches_oracle(oracle, case, iext, mode):
+def test_external_step_matches_oracle(oracle, step, case, iext, mode):
     """iext covers advave's ispadv passes (5, 10) and etf's last three (8, 9, 10)."""
     seed, im, jm, kb = case
     _, params, state = random_state(seed, im, jm, kb, oracle)
     params = dict(params, isplit=10, ispadv=5, mode=mode)
-    compare_state_call(split.external_step, oracle, "external_step", state, params,
-                       rtol=0.0, iext=iext)
+    compare_state_call(step, oracle, "external_step", state, params, rtol=0.0, iext=iext)
 
 
-def test_external_step_skips_the_shift_when_vamax_exceeds_vmaxl(oracle):
+@EXTERNAL_STEPS
+def test_external_step_skips_the_shift_when_vamax_exceeds_vmaxl(oracle, step):
     _, params, state = random_state(3, 8, 7, 5, oracle)
     params = dict(params, vmaxl=1e-3)          # every state breaks it
-    errors = compare_state_call(split.external_step, oracle, "external_step", state, params,
-                                rtol=0.0, iext=1)
+    errors = compare_state_call(step, oracle, "external_step", state, params, rtol=0.0, iext=1)
     assert max(errors.values()) == 0.0
 
 

@@ -50,8 +50,10 @@ def _upstream(f: Tensor, old: Tensor, courant, inflow, vadv=(0., 0., 0., 0.)) ->
     return _edges(a, Y, south, north)
 
 
-# _radiation's last result: ((id(h), h's version, grav, rf), a weak reference to h, the factors)
-_RADIATION: list = []
+# _radiation's last result, one tuple rebound whole (a reader in another
+# thread sees an old one or a new one): ((id(h), h's version, grav, rf),
+# a weak reference to h, the factors)
+_last_radiation: tuple | None = None
 
 
 def _radiation(h: Tensor, grav: float, rf: tuple) -> tuple[Tensor, ...]:
@@ -60,17 +62,18 @@ def _radiation(h: Tensor, grav: float, rf: tuple) -> tuple[Tensor, ...]:
     in one pass). Outside autograd on the CPU (pompy.ops.on_host) the last
     result is kept for the h it came from, unchanged since (its version):
     pom2k computes these from the grid on every external pass."""
+    global _last_radiation
     key = None
     if on_host(h) and not h.is_inference():
-        key = (id(h), h._version, grav, rf)
-        if _RADIATION and _RADIATION[0] == key and _RADIATION[1]() is h:
-            return _RADIATION[2]
+        key, last = (id(h), h._version, grav, rf), _last_radiation
+        if last is not None and last[0] == key and last[1]() is h:
+            return last[2]
     im, jm = h.shape
     inner = torch.cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])
     speeds = safe_sqrt(over(grav, inner), layer="bcond").split((jm, jm, im, im))
     factors = tuple(r * c for r, c in zip(rf, speeds))
     if key is not None:
-        _RADIATION[:] = key, weakref.ref(h), factors
+        _last_radiation = key, weakref.ref(h), factors
     return factors
 
 
