@@ -97,6 +97,28 @@ def test_the_divisor_held_at_the_guard_keeps_its_sign(dtype, grad):
     assert torch.isnan(safe_divide(torch.ones_like(nan), nan)).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("case", ["positive", "negative", "one at the guard", "one NaN"])
+def test_a_run_reads_whether_the_guard_holds_any_divisor(dtype, case):
+    """Outside autograd a 3-D divisor is first read for |d| < eps (one
+    pass): d of one sign divides as it is, else the guard holds as always.
+    Either way the quotients are numpy's with pom2k's held divisor, bit for bit."""
+    d = rand(65, 49, 21, low=1e-3, high=10.0, seed=3).to(dtype).numpy()
+    if case == "negative":
+        d = -d
+    elif case == "one at the guard":
+        d[7, 5, 3] = -1e-30
+    elif case == "one NaN":
+        d[7, 5, 3] = np.nan
+    n = rand(65, 49, 21, low=-5.0, high=5.0, seed=4).to(dtype).numpy()
+    eps = d.dtype.type(SAFE_DIV_EPS)
+    with np.errstate(invalid="ignore"):
+        expected = n / np.where(np.abs(d) < eps, np.copysign(eps, d), d)
+    with torch.inference_mode():
+        got = safe_divide(torch.from_numpy(n), torch.from_numpy(d)).numpy()
+    assert got.tobytes() == expected.tobytes()
+
+
 def test_safe_divide_is_batched_without_a_per_member_loop():
     """Under torch.vmap (an ensemble's members) every op of safe_divide has
     a batching rule: no fallback loop over members, no warning; the
