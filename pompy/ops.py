@@ -310,12 +310,13 @@ def sqrt_rn(x: Tensor) -> Tensor:
 
 def on_host(x: Tensor) -> bool:
     """Whether ``x``'s value may be read in Python at no cost to what a
-    step computes: a CPU tensor outside autograd (no gradient mode, no
-    reverse or forward graph), torch.compile, dispatch modes and torch.func
-    transforms, so the read neither synchronises a device nor decides what a
-    gradient-enabled step records."""
+    step computes: a plain CPU tensor (no subclass) outside autograd (no
+    gradient mode, no reverse or forward graph), torch.compile, jit tracing,
+    dispatch modes and torch.func transforms, so the read neither
+    synchronises a device nor decides what a gradient-enabled step records."""
     return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
-                or torch.is_grad_enabled() or x.device.type != "cpu" or x.requires_grad
+                or torch.is_grad_enabled() or type(x) is not torch.Tensor
+                or x.device.type != "cpu" or x.requires_grad or torch.jit.is_tracing()
                 or forward_ad._current_level >= 0
                 or torch._C._functorch.is_functorch_wrapped_tensor(x))
 

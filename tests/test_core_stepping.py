@@ -113,6 +113,17 @@ def test_external_step_matches_oracle(oracle, step, case, iext, mode):
     compare_state_call(step, oracle, "external_step", state, params, rtol=0.0, iext=iext)
 
 
+def test_the_passes_constants_are_refused_where_autograd_records(oracle):
+    """Constants made outside autograd would cut a recorded pass's gradients
+    through them: external_step refuses them there."""
+    _, params, state = random_state(3, 8, 7, 5, oracle)
+    s, p = to_torch(state), dict(params, iext=1)
+    with torch.no_grad():
+        fixed = split.pass_constants(s, p)
+    with pytest.raises(ValueError, match="outside autograd"):
+        split.external_step(s, p, fixed=fixed)
+
+
 @EXTERNAL_STEPS
 def test_external_step_skips_the_shift_when_vamax_exceeds_vmaxl(oracle, step):
     _, params, state = random_state(3, 8, 7, 5, oracle)

@@ -9,14 +9,15 @@ the upstream switches become ``torch.where``; no input is written.
 """
 from __future__ import annotations
 
-import weakref
+import contextlib
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import X, Y, expand3, inside, on_host, over, put, puts, span
+from pompy.ops import X, Y, expand3, inside, over, put, puts, span
 from pompy.utils.safety import safe_sqrt
 
 
@@ -50,30 +51,38 @@ def _upstream(f: Tensor, old: Tensor, courant, inflow, vadv=(0., 0., 0., 0.)) ->
     return _edges(a, Y, south, north)
 
 
-# _radiation's last result, one tuple rebound whole (a reader in another
-# thread sees an old one or a new one): ((id(h), h's version, grav, rf),
-# a weak reference to h, the factors)
-_last_radiation: tuple | None = None
+# bcond(2)'s radiation factors by (id(h), grav, rf) while radiation_kept()
+# is entered outside autograd, else None
+_KEPT: ContextVar[dict | None] = ContextVar("pompy_radiation_kept", default=None)
+
+
+@contextlib.contextmanager
+def radiation_kept():
+    """Within the block, outside autograd, bcond(2) computes its radiation
+    factors once for each h (the same tensor), grav and rf: for the external
+    passes of one internal step, which write none of them (pom2k computes
+    them from the grid on every pass). A recorded pass computes its own."""
+    token = _KEPT.set(None if torch.is_grad_enabled() else {})
+    try:
+        yield
+    finally:
+        _KEPT.reset(token)
 
 
 def _radiation(h: Tensor, grav: float, rf: tuple) -> tuple[Tensor, ...]:
     """bcond(2)'s factors rfe*sqrt(grav/h), rfw*..., rfn*..., rfs*... with h
     one point inside the east, west, north and south edges (the wave speeds
-    in one pass). Outside autograd on the CPU (pompy.ops.on_host) the last
-    result is kept for the h it came from, unchanged since (its version):
-    pom2k computes these from the grid on every external pass."""
-    global _last_radiation
-    key = None
-    if on_host(h) and not h.is_inference():
-        key, last = (id(h), h._version, grav, rf), _last_radiation
-        if last is not None and last[0] == key and last[1]() is h:
-            return last[2]
+    in one pass), kept within radiation_kept()."""
+    kept = None if torch.compiler.is_compiling() else _KEPT.get()
+    key = (id(h), grav, rf)
+    if kept is not None and key in kept and kept[key][0] is h:
+        return kept[key][1]
     im, jm = h.shape
     inner = torch.cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])
     speeds = safe_sqrt(over(grav, inner), layer="bcond").split((jm, jm, im, im))
     factors = tuple(r * c for r, c in zip(rf, speeds))
-    if key is not None:
-        _last_radiation = key, weakref.ref(h), factors
+    if kept is not None:
+        kept[key] = h, factors
     return factors
 
 

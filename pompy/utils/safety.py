@@ -384,7 +384,8 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
     if not torch.is_tensor(numerator):
         numerator = torch.full_like(raw, float(numerator))
     tracked = _tracked(numerator) or _tracked(denominator)
-    if not tracked and raw.numel() >= _READ_FROM and on_host(raw) and _away_from_zero(raw, eps):
+    if not tracked and raw.numel() >= _READ_FROM and raw.is_floating_point() and on_host(raw) \
+            and _away_from_zero(raw, eps):
         return numerator / raw
     # d, or +-eps (d's sign) where |d| < eps: |d| raised to eps, then d's
     # sign, on one fresh tensor (a NaN stays NaN; 3 calls where a select

@@ -16,6 +16,7 @@ from torch import Tensor
 from pompy.calls import apply
 from pompy.config import Config
 from pompy.core.external.checks import VELOCITY, vel_check, velocity_failure, velocity_within
+from pompy.core.boundary import radiation_kept
 from pompy.core.stepping import ROUTINES
 from pompy.ops import on_host, put, span
 from pompy.utils.safety import safe_divide
@@ -108,6 +109,9 @@ def external_step(s: dict, p: dict, routines: Mapping[str, Callable] = ROUTINES,
         kind = pass_kind(p["iext"], isplit, p["ispadv"])
     if fixed is None:
         fixed = pass_constants(s, p)
+    elif torch.is_grad_enabled():       # they would cut the gradients through them
+        raise ValueError("external_step: the passes' constants are for a step outside "
+                         "autograd; a recorded pass computes its own")
     im, jm = s["h"].shape
     imm1, jmm1 = im - 1, jm - 1
     d, ua, va = s["d"], s["ua"], s["va"]
@@ -200,7 +204,7 @@ def _shift(s: dict, p: dict, kind: PassKind) -> dict:
         new["vtf"] = put(s["vtf"], s["vtf"][:, J] + van[:, J] * (dn[:, J] + dn[:, Jm]) * isp2i,
                          j=(2, jm))
     if on_host(ok) and bool(ok):
-        s.update(new)
+        s.update(new)       # ua is uaf's tensor now: shared, as nothing writes one in place
     else:
         for name, value in new.items():
             s[name] = torch.where(ok, value, s[name])
@@ -242,8 +246,9 @@ class SplitExplicit:
         # outside autograd the passes share their constants; under it each
         # pass records its own, as the graph whose gradients were verified
         fixed = None if torch.is_grad_enabled() else pass_constants(s, p)
-        for kind in self.passes(p):
-            s = self.step(s, p, routines, kind, fixed)
+        with radiation_kept():
+            for kind in self.passes(p):
+                s = self.step(s, p, routines, kind, fixed)
         return s
 
     def within(self, config: Config, values: Mapping):
