@@ -74,9 +74,10 @@ def _radiation(h: Tensor, grav: float, rf: tuple) -> tuple[Tensor, ...]:
     one point inside the east, west, north and south edges (the wave speeds
     in one pass), kept within radiation_kept()."""
     kept = None if torch.compiler.is_compiling() else _KEPT.get()
-    key = (id(h), grav, rf)
-    if kept is not None and key in kept and kept[key][0] is h:
-        return kept[key][1]
+    if kept is not None:        # not in a traced graph: Dynamo guards on an id() it reads
+        key = (id(h), grav, rf)
+        if key in kept and kept[key][0] is h:
+            return kept[key][1]
     im, jm = h.shape
     inner = torch.cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])
     speeds = safe_sqrt(over(grav, inner), layer="bcond").split((jm, jm, im, im))
