@@ -8,16 +8,12 @@ so both upstream branches of cases 4 and 6 are taken on every edge;
 runs against the oracle within a measured tolerance; inputs are never written.
 """
 
-import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 
-from conftest import assert_fields_close
 from core_checks import assert_inputs_not_written, float32_errors
 from oracle_compare import compare_call
-from pompy.calls import invoke
-from pompy.core.boundary import _radiation, bcond, radiation_kept
+from pompy.core.boundary import bcond
 from pompy.verify.states import open_state
 from strategies import pom_states, random_state
 
@@ -65,34 +61,3 @@ def test_float32_close_to_oracle(oracle, idx, seed):
 def test_inputs_are_not_written(oracle, idx):
     _, params, state = random_state(7, 7, 6, 5, oracle)
     assert_inputs_not_written(bcond, oracle, f"bcond({idx})", open_state(state, 7), params)
-
-
-def test_radiation_factors_are_kept_for_the_passes_of_one_step(oracle):
-    """Within radiation_kept() (the external passes of one internal step)
-    outside autograd, bcond(2) computes its radiation factors once for an h
-    and reuses them; another h, a call outside the block or a recorded one
-    computes its own. Each call matches the oracle."""
-    _, params, state = random_state(11, 9, 8, 7, oracle)
-    state = open_state(state, 11)
-    tensors = {k: torch.as_tensor(np.ascontiguousarray(v), dtype=torch.float64)
-               for k, v in state.items()}
-    want = oracle.call("bcond(2)", state, params)
-    rf = tuple(params[n] for n in ("rfe", "rfw", "rfn", "rfs"))
-
-    def bcond2(given):
-        out, _ = invoke(bcond, "bcond(2)", given, params)
-        got = {"uaf": out.uaf.detach().numpy(), "vaf": out.vaf.detach().numpy()}
-        assert_fields_close(got, {k: want[k] for k in got}, 1e-12, label="bcond(2)")
-
-    with torch.inference_mode():
-        with radiation_kept():
-            first = _radiation(tensors["h"], params["grav"], rf)
-            assert _radiation(tensors["h"], params["grav"], rf) is first
-            assert _radiation(tensors["h"].clone(), params["grav"], rf) is not first
-            bcond2(tensors)
-            bcond2(dict(tensors, h=tensors["h"].clone()))
-        assert _radiation(tensors["h"], params["grav"], rf) is not first
-    with radiation_kept():                      # recorded: each call its own
-        h = tensors["h"].clone().requires_grad_(True)
-        assert _radiation(h, params["grav"], rf) is not _radiation(h, params["grav"], rf)
-        bcond2(dict(tensors, h=h))

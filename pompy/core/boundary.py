@@ -9,9 +9,6 @@ the upstream switches become ``torch.where``; no input is written.
 """
 from __future__ import annotations
 
-import contextlib
-from contextvars import ContextVar
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -51,42 +48,6 @@ def _upstream(f: Tensor, old: Tensor, courant, inflow, vadv=(0., 0., 0., 0.)) ->
     return _edges(a, Y, south, north)
 
 
-# bcond(2)'s radiation factors by (id(h), grav, rf) while radiation_kept()
-# is entered outside autograd, else None
-_KEPT: ContextVar[dict | None] = ContextVar("pompy_radiation_kept", default=None)
-
-
-@contextlib.contextmanager
-def radiation_kept():
-    """Within the block, outside autograd, bcond(2) computes its radiation
-    factors once for each h (the same tensor), grav and rf: for the external
-    passes of one internal step, which write none of them (pom2k computes
-    them from the grid on every pass). A recorded pass computes its own."""
-    token = _KEPT.set(None if torch.is_grad_enabled() else {})
-    try:
-        yield
-    finally:
-        _KEPT.reset(token)
-
-
-def _radiation(h: Tensor, grav: float, rf: tuple) -> tuple[Tensor, ...]:
-    """bcond(2)'s factors rfe*sqrt(grav/h), rfw*..., rfn*..., rfs*... with h
-    one point inside the east, west, north and south edges (the wave speeds
-    in one pass), kept within radiation_kept()."""
-    kept = None if torch.compiler.is_compiling() else _KEPT.get()
-    if kept is not None:        # not in a traced graph: Dynamo guards on an id() it reads
-        key = (id(h), grav, rf)
-        if key in kept and kept[key][0] is h:
-            return kept[key][1]
-    im, jm = h.shape
-    inner = torch.cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])
-    speeds = safe_sqrt(over(grav, inner), layer="bcond").split((jm, jm, im, im))
-    factors = tuple(r * c for r, c in zip(rf, speeds))
-    if kept is not None:
-        kept[key] = h, factors
-    return factors
-
-
 def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
           zz, h, dx, dy, dt, fsm, dum, dvm, el, u, v, t, s, q2, q2l,
           ele, elw, eln, els, uabe, uabw, vabn, vabs,
@@ -122,11 +83,14 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
         elf = e * fsm
 
     elif idx == 2:
-        rc_e, rc_w, rc_n, rc_s = _radiation(h, grav, (rfe, rfw, rfn, rfs))
-        ua_e = ramp * (uabe + rc_e * (el[im - 2] - ele))
-        ua_w = ramp * (uabw - rc_w * (el[1] - elw))
-        va_n = ramp * (vabn + rc_n * (el[:, jm - 2] - eln))
-        va_s = ramp * (vabs - rc_s * (el[:, 1] - els))
+        # the radiation condition's wave speeds sqrt(grav/h) one point inside
+        # the east, west, north and south edges, in one pass
+        inner = torch.cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])
+        c_e, c_w, c_n, c_s = safe_sqrt(over(grav, inner), layer="bcond").split((jm, jm, im, im))
+        ua_e = ramp * (uabe + rfe * c_e * (el[im - 2] - ele))
+        ua_w = ramp * (uabw - rfw * c_w * (el[1] - elw))
+        va_n = ramp * (vabn + rfn * c_n * (el[:, jm - 2] - eln))
+        va_s = ramp * (vabs - rfs * c_s * (el[:, 1] - els))
         J, I = span(2, jmm1), span(2, imm1)
         # east and west (i = 1, 2, im), j = 2..jmm1, and uaf zero at j = 1, jm
         # (i = 2..imm1); then north and south (j = 1, 2, jm), i = 2..imm1,

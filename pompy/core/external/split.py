@@ -16,7 +16,6 @@ from torch import Tensor
 from pompy.calls import apply
 from pompy.config import Config
 from pompy.core.external.checks import VELOCITY, vel_check, velocity_failure, velocity_within
-from pompy.core.boundary import radiation_kept
 from pompy.core.stepping import ROUTINES
 from pompy.ops import on_host, put, span
 from pompy.utils.safety import safe_divide
@@ -246,9 +245,8 @@ class SplitExplicit:
         # outside autograd the passes share their constants; under it each
         # pass records its own, as the graph whose gradients were verified
         fixed = None if torch.is_grad_enabled() else pass_constants(s, p)
-        with radiation_kept():
-            for kind in self.passes(p):
-                s = self.step(s, p, routines, kind, fixed)
+        for kind in self.passes(p):
+            s = self.step(s, p, routines, kind, fixed)
         return s
 
     def within(self, config: Config, values: Mapping):
