@@ -1,4 +1,5 @@
-"""Shared fixtures: where the legacy pom2k golden data lives, and how to load it."""
+"""Shared fixtures: where the legacy pom2k golden data lives, and how to
+load it; and how the suite shares the machine's cores (pytest-xdist)."""
 
 import os
 from pathlib import Path
@@ -7,6 +8,36 @@ import numpy as np
 import pytest
 
 GOLDEN = Path(__file__).absolute().parents[1].parent / "shared" / "golden"
+
+# pyproject's addopts run the suite in WORKERS processes (pytest-xdist, a
+# test file to a worker): on the build machine's 2 cores 19.5 minutes
+# against 35 in one process, measured the same day. Each worker's torch
+# (and the subprocesses it starts) runs one thread, so two workers fill two
+# cores instead of four threads contending for them. More workers would
+# multiply the memory of the heavy tests (a few GB each) for cores that
+# the multi-process tests (two torchrun ranks) already fill.
+WORKERS = 2
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+# the files that take longest (seconds of the serial run, in this order),
+# handed out first so that no worker is left alone with one at the end
+LONGEST_FIRST = ("test_train.py", "test_training_path.py", "test_compiled_core.py",
+                 "test_docs.py", "test_train_faults.py", "test_explicit_core.py",
+                 "test_generate.py")
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: WORKERS, or fewer on a machine with fewer cores."""
+    return max(1, min(WORKERS, len(os.sched_getaffinity(0))))
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Under xdist, the longest files first (LONGEST_FIRST), the rest in
+    their order: xdist hands a worker the next file as it finishes one."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def require_golden() -> Path:

@@ -12,4 +12,5 @@ import pytest
 
 if __name__ == "__main__":
     tests = Path(__file__).parents[1] / "tests"
-    sys.exit(pytest.main([str(tests), "-m", "slow", *sys.argv[1:]]))
+    # one at a time (-n 0): each is sized for the whole machine
+    sys.exit(pytest.main([str(tests), "-m", "slow", "-n", "0", *sys.argv[1:]]))
