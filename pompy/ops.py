@@ -216,8 +216,13 @@ _cached_index = functools.lru_cache(maxsize=4096)(_slices)
 
 def _fresh(rest, values, like: Tensor | None = None) -> Tensor:
     """A new tensor holding ``rest`` (a number filling ``like``'s shape),
-    batched under torch.vmap where a value written into it is."""
+    batched under torch.vmap where a value written into it is (a host
+    array where ``rest`` or the first value is one: :func:`host`)."""
+    if isinstance(rest, np.ndarray):
+        return rest.copy()
     if not torch.is_tensor(rest):
+        if isinstance(values[0], np.ndarray):
+            return np.full(like.shape, rest, dtype=values[0].dtype)
         return values[0].new_full(like.shape, rest)
     if not torch.compiler.is_compiling() and not _is_batched(rest):
         for value in values:
@@ -292,6 +297,8 @@ def sqrt_rn(x: Tensor) -> Tensor:
     tensor outside autograd takes numpy's sqrt (the hardware's, correctly
     rounded) where that gives the same bits: one call instead of twenty; a
     graph traced under :func:`hardware_sqrt`, torch.sqrt alone."""
+    if host(x):
+        return np.sqrt(x)
     if _HARDWARE_SQRT and torch.compiler.is_compiling() and x.device.type == "cpu":
         return torch.sqrt(x)
     fast = _sqrt_numpy(x)
@@ -344,4 +351,29 @@ def _sqrt_numpy(x: Tensor) -> Tensor | None:
 
 def over(number: float, x: Tensor) -> Tensor:
     """number/x rounded once: torch's ``number / x`` is reciprocal(x)*number."""
+    if isinstance(x, np.ndarray):
+        return number / x           # numpy's: one division, rounded once
     return torch.full_like(x, number) / x
+
+
+# Host arrays: outside autograd on the CPU the external passes run on numpy
+# views of the state's 2-D fields (pompy.core.external.split): numpy's
+# +, -, *, / and sqrt round as torch's CPU kernels do (IEEE, once per
+# operation), each at a fraction of a small torch call's cost. The routines
+# they call take either; these are the few calls that differ.
+
+def host(x) -> bool:
+    """Whether ``x`` is a host array (numpy) rather than a tensor."""
+    return isinstance(x, np.ndarray)
+
+
+def cat(arrays, dim: int = 0):
+    """torch.cat, or numpy's concatenate of host arrays."""
+    if host(arrays[0]):
+        return np.concatenate(arrays, dim)
+    return torch.cat(arrays, dim)
+
+
+def clone(a):
+    """A copy of a tensor or a host array."""
+    return a.copy() if host(a) else a.clone()

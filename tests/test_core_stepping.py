@@ -225,7 +225,8 @@ def test_finite_is_numpys_isfinite_of_every_prognostic_field(dtype):
 def test_the_velocity_check_takes_pom2ks_last_maximum(dtype):
     """vamax and (imax, jmax) as pom2k's loop finds them (j outer, i inner,
     ``abs(vaf) >= vamax``: the last maximum in Fortran order), ties of
-    either sign included, against that loop in Python; batched too."""
+    either sign included, against that loop in Python; batched and on host
+    arrays too."""
     rng = np.random.default_rng(11)
     cases = []
     for _ in range(20):
@@ -242,6 +243,8 @@ def test_the_velocity_check_takes_pom2ks_last_maximum(dtype):
         wanted.append((vamax, imax, jmax))
         got = checks.vel_check(torch.tensor(vaf, dtype=dtype))
         assert (float(got[0]), int(got[1]), int(got[2])) == (vamax, imax, jmax)
+        host = checks.vel_check(torch.tensor(vaf, dtype=dtype).numpy())    # the host passes'
+        assert (float(host[0]), int(host[1]), int(host[2])) == (vamax, imax, jmax)
     together = torch.vmap(checks.vel_check)(torch.tensor(np.stack(cases[:4]), dtype=dtype))
     for m in range(4):
         assert (float(together[0][m]), int(together[1][m]), int(together[2][m])) == wanted[m]

@@ -16,6 +16,7 @@ Measured on this machine (float64 CPU):
   the small residual of continuity, to 8.6e-10 of its magnitude at iint 2
   (the oracle built at -O2, with libm instead of libmvec, shows 7.6e-10).
 """
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from pompy.cli import main
 from pompy.compat import fortran_math
 from pompy.config import load_config
 from pompy.core.explicit import ExplicitCore
+from pompy.core.external import split
+from pompy.core.external.split import to_host
+from pompy.core.model import forward_only
 from pompy.io import Restart, read_restart, write_restart
 from pompy.oracle.driver import new_state, run_steps
 from pompy.driver import run_case
@@ -48,22 +52,27 @@ def box(**changes):
     return dataclasses.replace(load_config(CONFIGS / "box.nml"), **changes)
 
 
-def torch_run(config, steps, state=None, **kw):
+def torch_run(config, steps, state=None, forward=False, **kw):
+    """The torch core's set-up and ``steps`` steps; ``forward``: stepped as
+    ``pompy run`` steps (forward_only: the external passes on host arrays,
+    pompy.core.external.split.to_host), else with autograd on, as a
+    gradient run steps (nothing requires grad here, so nothing is kept)."""
     core = ExplicitCore(config, **kw)
     core.run_initialization()
     if state is not None:
         core.load_state(core.numpy_state() | state, iint=0)
     core.iend = steps
-    core.run_time_loop()
+    with forward_only(core) if forward else contextlib.nullcontext():
+        core.run_time_loop()
     return core
 
 
-def _assert_oracle_bit_for_bit(config, steps: int, label: str) -> None:
+def _assert_oracle_bit_for_bit(config, steps: int, label: str, forward: bool = False) -> None:
     """Set-up and ``steps`` steps of the torch core with pom2k's elementary
     functions (fortran_math) against the oracle's: every variable equal."""
     want = new_state(config)
     with fortran_math():
-        got = torch_run(config, steps).numpy_state()
+        got = torch_run(config, steps, forward=forward).numpy_state()
     run_steps(want, config, 1, steps)
     errors = assert_fields_close(got, want, 1e-10, names=list(variables.VARIABLES), label=label)
     assert max(errors.values()) == 0.0, {n: e for n, e in errors.items() if e}
@@ -74,12 +83,44 @@ CASES = [pytest.param(small_seamount, m, n, id=f"seamount-mode{m}-nadv{n}")
 CASES += [pytest.param(box, m, n, id=f"box-mode{m}-nadv{n}") for m, n in ((2, 1), (3, 1), (3, 2), (4, 2))]
 
 
+@pytest.fixture
+def host_passes(monkeypatch):
+    """The number of external modes run on host arrays."""
+    ran = []
+
+    def counted(s):
+        ran.append(1)
+        return to_host(s)
+    monkeypatch.setattr(split, "to_host", counted)
+    return ran
+
+
+@pytest.mark.parametrize("forward", [False, True], ids=["autograd on", "forward_only"])
 @pytest.mark.parametrize("make, mode, nadv", CASES)
-def test_240_steps_match_the_oracle(oracle, make, mode, nadv):
+def test_240_steps_match_the_oracle(oracle, host_passes, make, mode, nadv, forward):
     """With pom2k's elementary functions (fortran_math) the torch core is the
     oracle's algorithm to the last bit: set-up and 240 steps, every variable
-    equal."""
-    _assert_oracle_bit_for_bit(make(mode=mode, nadv=nadv), 240, f"mode {mode} nadv {nadv}")
+    equal; stepped with autograd on (the tensors' passes) and as ``pompy
+    run`` steps (forward_only: the passes on host arrays)."""
+    _assert_oracle_bit_for_bit(make(mode=mode, nadv=nadv), 240, f"mode {mode} nadv {nadv}", forward)
+    assert len(host_passes) == (240 if forward else 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode, nadv", [(2, 1), (3, 2)])
+def test_host_passes_are_the_tensor_passes_bits(monkeypatch, host_passes, dtype, mode, nadv):
+    """The external passes on host arrays (forward_only on the CPU) against
+    the same passes on tensors, 60 steps with torch's own functions, in
+    float32 (which fortran_math does not serve) and float64: every variable
+    equal to the bit."""
+    config = small_seamount(mode=mode, nadv=nadv)
+    on_host = torch_run(config, 60, forward=True, dtype=dtype).numpy_state()
+    assert len(host_passes) == 60
+    monkeypatch.setattr(split.SplitExplicit, "host_passes", False)
+    tensors = torch_run(config, 60, forward=True, dtype=dtype).numpy_state()
+    assert len(host_passes) == 60
+    for name in variables.VARIABLES:
+        assert np.asarray(on_host[name]).tobytes() == np.asarray(tensors[name]).tobytes(), name
 
 
 @pytest.mark.parametrize("im, jm, kb", [(3, 3, 6), (4, 3, 5), (3, 5, 4)])

@@ -1,4 +1,6 @@
 """Stencil operators against hand-indexed loops on small random arrays."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -489,6 +491,11 @@ def test_put_bit_for_bit_against_slicing(bounds, dtype):
     assert _same_bits(got.numpy(), want) and got.data_ptr() != old.data_ptr()
     want = _inside_by_slicing(value.numpy(), np.asarray(-0.0, dtype=value.numpy().dtype), **bounds)
     assert _same_bits(ops.put(-0.0, value[index], like=old, **bounds).numpy(), want)
+    # host arrays (the external passes'): the same bits, a new array
+    got = ops.put(old.numpy(), value.numpy()[index], **bounds)
+    assert ops.host(got) and _same_bits(got, _inside_by_slicing(value.numpy(), old.numpy(), **bounds))
+    assert not np.shares_memory(got, old.numpy())
+    assert _same_bits(ops.put(-0.0, value.numpy()[index], like=old.numpy(), **bounds), want)
 
 
 def test_put_gradients_vmap_and_tangents(a):
@@ -555,6 +562,27 @@ def test_puts_is_the_writes_in_order_against_numpy(dtype):
     want = old.numpy().copy()
     want[1:3] = 1.0
     assert _same_bits(ops.put(old, 1.0, i=[2, 3]).numpy(), want)
+    host = ops.puts(old.numpy(), *_puts_writes(v1.numpy(), v2.numpy()))
+    assert ops.host(host) and _same_bits(host, _numpy_writes(old, v1, v2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_host_arrays_calls_are_the_tensors_bits(dtype):
+    """The calls that differ for a host array (pompy.ops.host: the external
+    passes' numpy views) give the tensor calls' bits: cat, clone, over
+    (one division) and sqrt_rn against its Newton step (inf and signed
+    zeros included; a NaN stops a run, whatever its sign bit)."""
+    a = _special((6, 5), dtype, 5)
+    for dim, other in ((0, _special((3, 5), dtype, 6)), (1, _special((6, 2), dtype, 7))):
+        got = ops.cat([a.numpy(), other.numpy()], dim)
+        assert ops.host(got) and _same_bits(got, torch.cat([a, other], dim).numpy())
+    copy = ops.clone(a.numpy())
+    assert _same_bits(copy, a.numpy()) and not np.shares_memory(copy, a.numpy())
+    x = torch.rand(100000, generator=torch.Generator().manual_seed(8), dtype=dtype) * 100 - 1
+    assert _same_bits(ops.over(19.230, x.numpy()), ops.over(19.230, x).numpy())
+    x = torch.cat([x.abs(), torch.tensor([0.0, -0.0, math.inf], dtype=dtype)])
+    newton = ops.sqrt_rn(x.clone().requires_grad_()).detach()      # not the numpy path
+    assert _same_bits(ops.sqrt_rn(x.numpy()), newton.numpy())
 
 
 def test_puts_under_vmap_against_numpy():

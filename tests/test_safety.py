@@ -31,6 +31,9 @@ def test_forward_values_are_pom2ks():
     assert torch.equal(safe_divide(s, y), s / y)
     assert torch.equal(safe_divide(2.5, y), over(2.5, y))
     assert torch.equal(safe_reciprocal(y), over(1.0, y))
+    # host arrays (the external passes'): the same bits, 0 below zero
+    x = torch.cat([x, -x[:5], torch.tensor([-0.0])])
+    assert np.array_equal(safe_sqrt(x.numpy()).view(np.int64), safe_sqrt(x).numpy().view(np.int64))
 
 
 def test_forward_values_on_the_gradient_path_too():
@@ -95,6 +98,10 @@ def test_the_divisor_held_at_the_guard_keeps_its_sign(dtype, grad):
     assert got.tobytes() == expected.tobytes()
     nan = torch.tensor([math.nan, -math.nan], dtype=dtype, requires_grad=grad)
     assert torch.isnan(safe_divide(torch.ones_like(nan), nan)).all()
+    # a host array (the external passes', pompy.ops.host): the same bits
+    assert safe_divide(np.ones_like(d), d).tobytes() == expected.tobytes()
+    assert safe_divide(1.0, d).tobytes() == expected.tobytes()
+    assert np.isnan(safe_divide(1.0, nan.detach().numpy())).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

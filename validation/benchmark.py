@@ -19,6 +19,10 @@ uses torch.get_num_threads() CPU threads (--threads) or the GPU, stepping
 as ``pompy run`` does (forward_only: inference mode, no_grad when
 compiled), on the C allocator `pompy run` has (tcmalloc where the
 machine has it; POMPY_ALLOCATOR=system for the system's: pompy.utils.allocator).
+Stepped so on the CPU, the eager core runs its external passes on numpy
+views of the 2-D fields (pompy.core.external.split.to_host); the row
+"passes on tensors" times the eager float64 step with them on tensors, as
+a gradient step runs them.
 The machine's load average (1 min) is printed with each measurement.
 
 Five Markdown tables go to stdout:
@@ -47,7 +51,8 @@ Five Markdown tables go to stdout:
 - torch calls per step of the eager rows: every torch function, tensor
   method, operator and tensor property the step calls (a
   TorchFunctionMode), and the ATen operators the dispatcher runs for them
-  (torch.profiler, nested operators included);
+  (torch.profiler, nested operators included); the host passes' numpy
+  operations are not torch calls and are not counted;
 - the same counted step's calls by the data they touch, each call's own
   time summed (calls, ms, and ms as a multiple of the oracle's step
   beside the row): arithmetic on 3-D fields (whole-field passes, where
@@ -395,33 +400,48 @@ def main(argv=None) -> None:
     phases, calls, io, parity = [], [], [], []
     for spec, config in configs.items():
         oracle, oracle_times, rows = Oracle(config), [], []
-        for dtype in (torch.float64, torch.float32):
-            for compile in (False, True) if not args.no_compile else (False,):
-                label = f"torch {str(dtype)[6:]} {args.device}" + (" compiled" if compile else "")
-                core, warm = new_core(config, dtype, args.device, compile)
-                rounds = [(oracle.time(args.steps), run(core, args.steps, args.device, untimed=1))
-                          for _ in range(args.rounds)]
-                oracle_times += [o for o, _ in rounds]
-                per_step = statistics.median(t for _, t in rounds)
-                ratio = statistics.median(t / o for o, t in rounds)
-                beside = statistics.median(o for o, _ in rounds)
-                rows.append(f"| {spec} | {label} | {per_step * 1e3:.1f} | {ratio:.2f} | "
-                            f"{beside * 1e3:.1f} | {warm:.1f} | {load()} |")
-                if not compile:     # hooks inside whole-step graphs would break them
-                    phases.append((spec, label, phase_times(core, args.steps, args.device),
-                                   load()))
-                    calls.append((spec, label, *count_calls(core, args.device), beside))
-                if dtype == torch.float64 and not compile:
-                    every = len(record_steps(config, 1, 1000)) / 1000
-                    between = min(round(1 / every), 10)
-                    io.append((spec, label, *output_record_ms(core, args.device, between), every))
-                    if args.device != "cpu":
-                        parity.append((spec, label, core.iint, cuda_vs_cpu(core, config)))
+        for dtype, compile, host in models(args):
+            label = (f"torch {str(dtype)[6:]} {args.device}" + (" compiled" if compile else "")
+                     + ("" if host else ", passes on tensors"))
+            core, warm = new_core(config, dtype, args.device, compile)
+            core.external.host_passes = host
+            rounds = [(oracle.time(args.steps), run(core, args.steps, args.device, untimed=1))
+                      for _ in range(args.rounds)]
+            oracle_times += [o for o, _ in rounds]
+            per_step = statistics.median(t for _, t in rounds)
+            ratio = statistics.median(t / o for o, t in rounds)
+            beside = statistics.median(o for o, _ in rounds)
+            rows.append(f"| {spec} | {label} | {per_step * 1e3:.1f} | {ratio:.2f} | "
+                        f"{beside * 1e3:.1f} | {warm:.1f} | {load()} |")
+            if not compile:     # hooks inside whole-step graphs would break them
+                phases.append((spec, label, phase_times(core, args.steps, args.device),
+                               load()))
+                calls.append((spec, label, *count_calls(core, args.device), beside))
+            if dtype == torch.float64 and not compile and host:
+                every = len(record_steps(config, 1, 1000)) / 1000
+                between = min(round(1 / every), 10)
+                io.append((spec, label, *output_record_ms(core, args.device, between), every))
+                if args.device != "cpu":
+                    parity.append((spec, label, core.iint, cuda_vs_cpu(core, config)))
         print(f"| {spec} | oracle (Fortran -O3, 1 thread) | "
               f"{statistics.median(oracle_times) * 1e3:.1f} | 1 | | | {load()} |")
         print("\n".join(rows), flush=True)
 
     print_tables(phases, io, calls, parity)
+
+
+def models(args) -> list[tuple]:
+    """(dtype, compile, host passes) of each torch row: float64 and float32,
+    eager and compiled; on the CPU the eager float64 step with its external
+    passes on tensors too (as a gradient step runs them), beside the same
+    step with them on host arrays (pompy.core.external.split.to_host)."""
+    rows = []
+    for dtype in (torch.float64, torch.float32):
+        for compile in (False, True) if not args.no_compile else (False,):
+            rows.append((dtype, compile, True))
+            if dtype == torch.float64 and not compile and args.device == "cpu":
+                rows.append((dtype, compile, False))
+    return rows
 
 
 def print_tables(phases: list, io: list, calls: list, parity: list) -> None:

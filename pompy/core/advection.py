@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import Z, put, span
+from pompy.ops import Z, cat, clone, put, span
 from pompy.utils.safety import safe_divide, safe_sqrt
 
 
@@ -109,6 +109,7 @@ def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tenso
     pom2k leaves them (fluxua(im,:) is the given value times dy; fluxva(:,jm)
     keeps the u-pass flux times dx); row i=1 and column j=1 come back as
     given. Mode 2 writes wubot, wvbot and curv2d on i=2..imm1, j=2..jmm1.
+    Takes host arrays too (pompy.ops.host), as the external passes do.
     """
     im, jm = d.shape
     imm1, jmm1 = im - 1, jm - 1
@@ -137,7 +138,7 @@ def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tenso
     fva = ((.125 * ((dc + dcy) * vac + (dcx + dcxy) * vacx) * (uac + uacy) - tps)
            * .25 * sdx)
     # at i-1: fluxua(1,j) is the given value
-    advua_new = (fua - torch.cat([fluxua[:1, J], fua[:-1]])
+    advua_new = (fua - cat([fluxua[:1, J], fua[:-1]])
                  + fva[:-1, 1:] - fva[:-1, :-1])
 
     # v-advection and diffusion: fluxua on the corners, fluxva on j=2..jmm1
@@ -147,10 +148,10 @@ def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tenso
     dJ, vaJ, vaJp = d[I2, J], va[I2, J], va[I2, Jp]
     fvb = (.125 * ((d[I2, Jp] + dJ) * vaJp + (dJ + d[I2, Jm]) * vaJ) * (vaJp + vaJ)
            - dJ * 2. * aam2d[I2, J] * (vab[I2, Jp] - vab[I2, J]) / dy[I2, J])
-    fva = torch.cat([fvb, fva[:, -1:]], 1) * dxc
+    fva = cat([fvb, fva[:, -1:]], 1) * dxc
     # at j-1: fluxva(i,1) is the given value
     advva_new = (fua[1:, :-1] - fua[:-1, :-1] + fva[:-1, :-1]
-                 - torch.cat([fluxva[I, :1], fva[:-1, :-2]], 1))
+                 - cat([fluxva[I, :1], fva[:-1, :-2]], 1))
 
     fluxua_new = put(fluxua, fua, **corner)
     fluxva_new = put(fluxva, fva, **corner)
@@ -173,14 +174,14 @@ def advave(mode: int, d: Tensor, ua: Tensor, va: Tensor, uab: Tensor, vab: Tenso
                       - (uaIp + uaI) * (dx[I, Jp] - dx[I, Jm])) / (dx[I, J] * dy[I, J]))
         curv2d_new = put(curv2d_new, tps, i=(2, imm1), j=(2, jmm1))
         # from i=3 (advua) and j=3 (advva): at 2 only the flux divergence
-        advua_new = torch.cat([advua_new[:1], advua_new[1:] - aru[span(3, imm1), J] * .25
+        advua_new = cat([advua_new[:1], advua_new[1:] - aru[span(3, imm1), J] * .25
                                * (tps[1:] * dI[1:] * (vaIJp[1:] + vaI[1:])
                                   + tps[:-1] * dI[:-1] * (vaIJp[:-1] + vaI[:-1]))])
-        advva_new = torch.cat([advva_new[:, :1], advva_new[:, 1:] + arv[I, span(3, jmm1)] * .25
+        advva_new = cat([advva_new[:, :1], advva_new[:, 1:] + arv[I, span(3, jmm1)] * .25
                                * (tps[:, 1:] * dI[:, 1:] * (uaIp[:, 1:] + uaI[:, 1:])
                                   + tps[:, :-1] * dI[:, :-1] * (uaIp[:, :-1] + uaI[:, :-1]))], 1)
     else:
-        wubot_new, wvbot_new = wubot.clone(), wvbot.clone()
+        wubot_new, wvbot_new = clone(wubot), clone(wvbot)
     inner = dict(i=(2, imm1), j=(2, jmm1), like=d)
     return AdvaveOut(advua=put(0., advua_new, **inner), advva=put(0., advva_new, **inner),
                      fluxua=fluxua_new, fluxva=fluxva_new,

@@ -5,7 +5,8 @@ Tensors are indexed (i, j, k) like the Fortran: ``a[i-1, j-1, k-1]`` is
 (views, :func:`pompy.ops.span`) and written into new tensors with
 ``torch.cat``, ``torch.where`` (:func:`pompy.ops.inside`) or
 :func:`pompy.ops.put` (:func:`pompy.ops.puts`: several edges, one copy);
-the upstream switches become ``torch.where``; no input is written.
+the upstream switches become ``torch.where``; no input is written. Cases
+1 and 2 (the external passes) take host arrays too (pompy.ops.host).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pompy.calls import outputs
-from pompy.ops import X, Y, expand3, inside, over, put, puts, span
+from pompy.ops import X, Y, cat, expand3, inside, over, put, puts, span
 from pompy.utils.safety import safe_sqrt
 
 
@@ -78,15 +79,15 @@ def bcond(idx, grav, dti, hmax, small, ramp, rfe, rfw, rfn, rfs,
     imm1, jmm1 = im - 1, jm - 1
     if idx == 1:
         # i = 1, im from i = 2, imm1; then j = 1, jm from j = 2, jmm1
-        e = torch.cat([elf[span(2, 2)], elf[span(2, imm1)], elf[span(imm1, imm1)]])
-        e = torch.cat([e[:, span(2, 2)], e[:, span(2, jmm1)], e[:, span(jmm1, jmm1)]], 1)
+        e = cat([elf[span(2, 2)], elf[span(2, imm1)], elf[span(imm1, imm1)]])
+        e = cat([e[:, span(2, 2)], e[:, span(2, jmm1)], e[:, span(jmm1, jmm1)]], 1)
         elf = e * fsm
 
     elif idx == 2:
         # the radiation condition's wave speeds sqrt(grav/h) one point inside
         # the east, west, north and south edges, in one pass
-        inner = torch.cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])
-        c_e, c_w, c_n, c_s = safe_sqrt(over(grav, inner), layer="bcond").split((jm, jm, im, im))
+        c = safe_sqrt(over(grav, cat([h[im - 2], h[1], h[:, jm - 2], h[:, 1]])), layer="bcond")
+        c_e, c_w, c_n, c_s = c[:jm], c[jm:2 * jm], c[2 * jm:2 * jm + im], c[2 * jm + im:]
         ua_e = ramp * (uabe + rfe * c_e * (el[im - 2] - ele))
         ua_w = ramp * (uabw - rfw * c_w * (el[1] - elw))
         va_n = ramp * (vabn + rfn * c_n * (el[:, jm - 2] - eln))

@@ -50,6 +50,7 @@ Guards (eps: the module's SAFE_*_EPS constants):
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch._C._functorch import TransformType, get_unwrapped, is_batchedtensor   # torch.vmap's
@@ -59,7 +60,7 @@ from torch.autograd import forward_ad
 from pompy.autodiff.layers import SAFETY_LAYER
 from pompy.autodiff.policies import (GradientPolicy, apply_policy, explicit_policy,
                                      forward_policy, policy_override, selected_policy)
-from pompy.ops import on_host, sqrt_rn
+from pompy.ops import host, on_host, sqrt_rn
 
 SAFE_DIV_EPS = 1e-20
 SAFE_SQRT_EPS = 1e-8
@@ -233,6 +234,8 @@ def safe_sqrt(x: Tensor, eps: float = SAFE_SQRT_EPS, layer: str | None = None,
               policy: GradientPolicy | None = None) -> Tensor:
     """sqrt(x), correctly rounded as pom2k's; 0 where x <= 0 (pom2k takes
     no square root of a negative number; a rounding below zero is not one)."""
+    if host(x):             # torch.clamp's min: -0.0 and NaN kept
+        return sqrt_rn(np.where(x < 0.0, 0.0, x))
     value = sqrt_rn(torch.clamp(x.detach(), min=0.0))
     if not _tracked(x):
         return value
@@ -380,6 +383,9 @@ def safe_divide(numerator: Tensor | float, denominator: Tensor, eps: float = SAF
     """numerator/denominator, rounded once as pom2k's (a Python number over
     a tensor too); the denominator is held at +-eps where |d| < eps (outside
     autograd on the CPU a 3-D one is first read for any such point)."""
+    if host(denominator):     # a host array (pompy.ops.host): the same bits
+        held = np.copysign(np.maximum(np.abs(denominator), eps), denominator)
+        return numerator / held
     raw = denominator.detach()
     if not torch.is_tensor(numerator):
         numerator = torch.full_like(raw, float(numerator))

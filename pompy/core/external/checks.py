@@ -21,23 +21,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from pompy.config import Config
 from pompy.errors import CFLViolation
+from pompy.ops import host
 
 VELOCITY = ("vamax", "imax", "jmax")     # the velocity check's values in a state
 
 
 def vel_check(vaf: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """max |vaf| and pom2k's (imax, jmax): the last point, in Fortran order,
-    where it is reached. Tensors: no host synchronisation."""
+    where it is reached. Tensors: no host synchronisation (0-d arrays of
+    a host array, pompy.ops.host)."""
+    im, jm = vaf.shape
+    if host(vaf):
+        a = np.abs(vaf).T[::-1, ::-1].reshape(-1)
+        back = np.argmax(a)             # the first maximum, as torch.max's (a NaN's, first)
+        return np.asarray(a[back]), np.asarray(im - back % im), np.asarray(jm - back // im)
     a = vaf.detach().abs()
     # the values in Fortran order (i fastest) read from the end: the first
     # maximum there (torch.max's index) is pom2k's last
     vamax, back = torch.max(a.t().flip((0, 1)).reshape(-1), 0)
-    im, jm = vaf.shape
     return vamax, im - back % im, jm - back // im
 
 
