@@ -178,7 +178,8 @@ def put(rest, value, *, i=None, j=None, k=None, like: Tensor | None = None) -> T
     or a number filling a tensor shaped like ``like``; a range left out
     (None) spans the whole dimension (i, j, k are dims 0, 1, 2, as for
     :func:`inside`). Under torch.vmap (an ensemble's members) a batched
-    value may go over an unbatched ``rest`` and the reverse."""
+    value may go over an unbatched ``rest`` and the reverse. Host arrays
+    (:func:`host`) in, a host array out."""
     out = _fresh(rest, (value,), like)
     out[_index(i, j, k)] = value
     return out
@@ -188,7 +189,8 @@ def puts(rest: Tensor, *writes: tuple[Tensor | float, dict]) -> Tensor:
     """Several of pom2k's loop assignments in order, into one new copy of
     the tensor ``rest``: ``puts(a, (v1, dict(i=(1, 2))), (v2, dict(j=(1, 1))))``
     is ``put(put(a, v1, i=(1, 2)), v2, j=(1, 1))`` without the second copy
-    (a boundary condition writes several edges of a field)."""
+    (a boundary condition writes several edges of a field); of a host
+    array, a host array."""
     out = _fresh(rest, [value for value, _ in writes])
     for value, ranges in writes:
         out[_index(**ranges)] = value
@@ -218,10 +220,10 @@ def _fresh(rest, values, like: Tensor | None = None) -> Tensor:
     """A new tensor holding ``rest`` (a number filling ``like``'s shape),
     batched under torch.vmap where a value written into it is (a host
     array where ``rest`` or the first value is one: :func:`host`)."""
-    if isinstance(rest, np.ndarray):
+    if host(rest):
         return rest.copy()
     if not torch.is_tensor(rest):
-        if isinstance(values[0], np.ndarray):
+        if host(values[0]):
             return np.full(like.shape, rest, dtype=values[0].dtype)
         return values[0].new_full(like.shape, rest)
     if not torch.compiler.is_compiling() and not _is_batched(rest):
@@ -296,9 +298,10 @@ def sqrt_rn(x: Tensor) -> Tensor:
     computed exactly (Dekker's product) restores the rounded value. A CPU
     tensor outside autograd takes numpy's sqrt (the hardware's, correctly
     rounded) where that gives the same bits: one call instead of twenty; a
-    graph traced under :func:`hardware_sqrt`, torch.sqrt alone."""
+    graph traced under :func:`hardware_sqrt`, torch.sqrt alone. A host
+    array (:func:`host`) is that CPU tensor's, bits and all."""
     if host(x):
-        return np.sqrt(x)
+        return sqrt_rn(torch.from_numpy(x)).numpy()
     if _HARDWARE_SQRT and torch.compiler.is_compiling() and x.device.type == "cpu":
         return torch.sqrt(x)
     fast = _sqrt_numpy(x)
@@ -351,7 +354,7 @@ def _sqrt_numpy(x: Tensor) -> Tensor | None:
 
 def over(number: float, x: Tensor) -> Tensor:
     """number/x rounded once: torch's ``number / x`` is reciprocal(x)*number."""
-    if isinstance(x, np.ndarray):
+    if host(x):
         return number / x           # numpy's: one division, rounded once
     return torch.full_like(x, number) / x
 

@@ -18,6 +18,7 @@ Measured on this machine (float64 CPU):
 """
 import contextlib
 import dataclasses
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,43 @@ def test_ramp_and_time0_match_the_oracle(oracle, changes, time0):
     run_steps(want, config, 1, 20, time0=time0)
     errors = assert_fields_close(core.numpy_state(), want, 1e-12, names=list(variables.VARIABLES))
     assert max(errors.values()) == 0.0, {n: e for n, e in errors.items() if e}
+
+
+def test_host_passes_take_numpy_numbers_as_torch_does_and_give_back_the_fields_they_keep(
+        host_passes):
+    """A numpy float64 among the parameters (the ramp of a time0 read from
+    a file) is a number to torch: the float32 host passes read it so too,
+    and give the tensor passes' bits. The fields the passes leave as they
+    were (the grid) come back as the tensors given, not new ones."""
+    config = small_seamount(lramp=True)
+    runs = []
+    for on in (True, False):
+        core = ExplicitCore(config, dtype=torch.float32)
+        core.run_initialization()
+        core.external.host_passes = on
+        core.load_state(core.numpy_state(), iint=0, time0=np.float64(0.3))
+        h = core.state["h"]
+        core.iend = 5
+        with forward_only(core):
+            core.run_time_loop()
+        assert core.state["h"] is h and not h.is_inference()
+        runs.append(core.numpy_state())
+    assert len(host_passes) == 5
+    for name in variables.VARIABLES:
+        assert np.asarray(runs[0][name]).tobytes() == np.asarray(runs[1][name]).tobytes(), name
+
+
+def test_a_blow_up_on_host_arrays_stops_the_run_without_a_numpy_warning():
+    """Past the CFL limit with no velocity check to stop it (vmaxl 1e300)
+    the box overflows: the run stops at the non-finite state, and numpy's
+    overflow and invalid-value warnings stay as silent as torch's."""
+    config = box(dte=40.0, vmaxl=1e300, days=10.0)
+    core = ExplicitCore(config)
+    core.run_initialization()
+    core.iend = 60
+    with warnings.catch_warnings(), forward_only(core), pytest.raises(NonFiniteState):
+        warnings.simplefilter("error")
+        core.run_time_loop()
 
 
 def test_own_setup_matches_the_oracle_setup(oracle):

@@ -570,8 +570,9 @@ def test_puts_is_the_writes_in_order_against_numpy(dtype):
 def test_the_host_arrays_calls_are_the_tensors_bits(dtype):
     """The calls that differ for a host array (pompy.ops.host: the external
     passes' numpy views) give the tensor calls' bits: cat, clone, over
-    (one division) and sqrt_rn against its Newton step (inf and signed
-    zeros included; a NaN stops a run, whatever its sign bit)."""
+    (one division) and sqrt_rn against its Newton step (tiny values, where
+    that step is not always the rounded root, inf and signed zeros
+    included; a NaN stops a run, whatever its sign bit)."""
     a = _special((6, 5), dtype, 5)
     for dim, other in ((0, _special((3, 5), dtype, 6)), (1, _special((6, 2), dtype, 7))):
         got = ops.cat([a.numpy(), other.numpy()], dim)
@@ -580,7 +581,8 @@ def test_the_host_arrays_calls_are_the_tensors_bits(dtype):
     assert _same_bits(copy, a.numpy()) and not np.shares_memory(copy, a.numpy())
     x = torch.rand(100000, generator=torch.Generator().manual_seed(8), dtype=dtype) * 100 - 1
     assert _same_bits(ops.over(19.230, x.numpy()), ops.over(19.230, x).numpy())
-    x = torch.cat([x.abs(), torch.tensor([0.0, -0.0, math.inf], dtype=dtype)])
+    tiny = torch.logspace(-320 if dtype == torch.float64 else -44, -10, 1000, dtype=dtype)
+    x = torch.cat([x.abs(), tiny, torch.tensor([0.0, -0.0, math.inf], dtype=dtype)])
     newton = ops.sqrt_rn(x.clone().requires_grad_()).detach()      # not the numpy path
     assert _same_bits(ops.sqrt_rn(x.numpy()), newton.numpy())
 
