@@ -38,10 +38,13 @@ from pompy.signals import raise_pending
 
 # On the CPU an Ensemble pays only while a member's fields are small:
 # validation/ensemble.py, per member and step at B = 8 against B = 1, 1
-# thread, in inference mode: 0.37-0.41x at 21x17x11, 0.49x at 33x25x21,
-# 0.45-0.69x at 45x35x21 (33,075 cells), 0.97-1.08x at 55x41x21,
-# 0.96-1.15x at 65x49x21; at 128x128x21 (B = 4) 1.31x. Beyond this many
-# cells a CPU process steps its members one after another.
+# thread, in inference mode, the single core's external passes on host
+# arrays (the ensemble's vmap keeps them on tensors): 0.50x at 21x17x11,
+# 0.77-0.78x at 33x25x21, 0.82x at 39x29x21, 0.93-0.95x at 45x35x21
+# (33,075 cells), 1.05-1.07x at 55x41x21, 1.19-1.25x at 65x49x21 (load
+# 0.6-0.7); before the host passes 0.37-0.41x, 0.49x, -, 0.45-0.69x,
+# 0.97-1.08x and 0.96-1.15x.
+# Beyond this many cells a CPU process steps its members one after another.
 BATCH_CELLS = 40_000
 
 
