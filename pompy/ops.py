@@ -360,10 +360,11 @@ def over(number: float, x: Tensor) -> Tensor:
 
 
 # Host arrays: outside autograd on the CPU the external passes run on numpy
-# views of the state's 2-D fields (pompy.core.external.split): numpy's
-# +, -, *, / and sqrt round as torch's CPU kernels do (IEEE, once per
-# operation), each at a fraction of a small torch call's cost. The routines
-# they call take either; these are the few calls that differ.
+# views of the state's 1-D and 2-D fields (pompy.core.external.split):
+# numpy's +, -, *, / round as torch's CPU kernels do (IEEE, once per
+# operation), each at a fraction of a small torch call's cost, and sqrt_rn
+# takes the tensor path's bits. The routines they call take either; these
+# are the few calls that differ.
 
 def host(x) -> bool:
     """Whether ``x`` is a host array (numpy) rather than a tensor."""
