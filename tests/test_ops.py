@@ -581,10 +581,19 @@ def test_the_host_arrays_calls_are_the_tensors_bits(dtype):
     assert _same_bits(copy, a.numpy()) and not np.shares_memory(copy, a.numpy())
     x = torch.rand(100000, generator=torch.Generator().manual_seed(8), dtype=dtype) * 100 - 1
     assert _same_bits(ops.over(19.230, x.numpy()), ops.over(19.230, x).numpy())
+    # and IEEE's quotient rounded once: float64's by Python's division, a
+    # float32 one in float64 then rounded (exact: 53 >= 2*24 + 2 bits)
+    n = float(np.asarray(19.230, dtype=x.numpy().dtype))
+    ieee = np.array([n / float(v) for v in x.numpy()]).astype(x.numpy().dtype)
+    assert _same_bits(ops.over(19.230, x.numpy()), ieee)
     tiny = torch.logspace(-320 if dtype == torch.float64 else -44, -10, 1000, dtype=dtype)
     x = torch.cat([x.abs(), tiny, torch.tensor([0.0, -0.0, math.inf], dtype=dtype)])
     newton = ops.sqrt_rn(x.clone().requires_grad_()).detach()      # not the numpy path
     assert _same_bits(ops.sqrt_rn(x.numpy()), newton.numpy())
+    # IEEE's rounded root (numpy's) wherever the Newton step is it: all but
+    # the tiny float32 values
+    exact = x.numpy() >= 2.0 ** -100
+    assert _same_bits(ops.sqrt_rn(x.numpy())[exact], np.sqrt(x.numpy()[exact]))
 
 
 def test_puts_under_vmap_against_numpy():

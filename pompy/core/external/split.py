@@ -212,11 +212,16 @@ def _shift(s: dict, p: dict, kind: PassKind) -> dict:
     return s
 
 
+def pass_field(v) -> bool:
+    """Whether ``v`` is a field an external pass reads or writes: a 1-D or
+    2-D tensor (the 3-D ones it passes through)."""
+    return torch.is_tensor(v) and 0 < v.dim() < 3
+
+
 def to_host(s: Mapping) -> dict:
-    """``s`` with its 1-D and 2-D tensors as numpy views (pompy.ops.host):
-    the fields an external pass reads and writes; the 3-D ones it passes
-    through stay tensors."""
-    return {n: v.numpy() if torch.is_tensor(v) and 0 < v.dim() < 3 else v for n, v in s.items()}
+    """``s`` with its pass fields (pass_field) as numpy views
+    (pompy.ops.host); the 3-D ones stay tensors."""
+    return {n: v.numpy() if pass_field(v) else v for n, v in s.items()}
 
 
 def from_host(s: Mapping, given: Mapping, views: Mapping) -> dict:
@@ -289,7 +294,7 @@ class SplitExplicit:
         float64, and parameters that hold numbers only."""
         return (self.host_passes and s["el"].dtype in (torch.float32, torch.float64)
                 and not any(torch.is_tensor(v) or host(v) for v in p.values())
-                and all(on_host(v) for v in s.values() if torch.is_tensor(v) and 0 < v.dim() < 3))
+                and all(on_host(v) for v in s.values() if pass_field(v)))
 
     def within(self, config: Config, values: Mapping):
         return velocity_within(config, values)
