@@ -57,6 +57,23 @@ def test_loop_nests_count_the_points_of_inductors_loops(profile):
     assert first < line <= last <= len(lines)
 
 
+def test_copy_kind_tells_moved_data_from_computed(profile):
+    """A cat's piece taken from an input (read and stored at the same
+    places: a copy), the levels of a (k, i, j) stack made (i, j, k) (a
+    transpose: reordered), and arithmetic (neither), each from the code
+    Inductor generates for it."""
+    x, y = torch.rand(9, 7, 20, dtype=torch.float64), torch.rand(9, 7, 21, dtype=torch.float64)
+    cpp = generated_cpp(lambda x, y: torch.cat([x, (y * 2.0).sum(2, keepdim=True)], 2), x, y)
+    lines = cpp.split("\n")
+    kinds = [(points, profile.copy_kind(lines, nest))
+             for nest in profile.loop_nests(cpp) for points in [nest[3]]]
+    assert sorted(kinds, key=str) == sorted([(9 * 7 * 21, None), (9 * 7 * 20, "copy")], key=str)
+    z = torch.rand(21, 9, 7, dtype=torch.float64)
+    cpp = generated_cpp(lambda z: z.permute(1, 2, 0).contiguous(), z)
+    lines = cpp.split("\n")
+    assert {profile.copy_kind(lines, nest) for nest in profile.loop_nests(cpp)} == {"reordered"}
+
+
 KERNEL = ['extern "C" void k(double* p)', "{",
           "    double acc = 0;",
           "    for(int64_t x0=static_cast<int64_t>(0L); x0<static_cast<int64_t>(10L); x0+=1)",

@@ -18,7 +18,8 @@ sampler after the other, and stopped before the samples are read:
 - ``perf`` with binutils' ``addr2line``, where the machine has them: the
   samples by library (all of them), and in the busiest generated library by
   loop nest of its C++ (its points, whether Inductor vectorised it): which
-  loops cost, not only which graph.
+  loops cost, not only which graph; and the share of the nests that only
+  move data (copy_kind: copies, and reorderings such as transposes).
 
 Markdown tables to stdout, with the load average. Time it on a quiet
 machine: the shares move with the load, as the step does.
@@ -63,6 +64,11 @@ _LOOP = re.compile(r"for\(int64_t (x\d+)=static_cast<int64_t>\((-?\d+)L?\); \1<s
 # perf script's map events and samples (-F ip,dso --show-mmap-events)
 _MMAP = re.compile(r"\[(0x[0-9a-f]+)\((0x[0-9a-f]+)\) @ (0x[0-9a-f]+|0) .*\]: r-xp (\S+\.so)$")
 _SAMPLE = re.compile(r"^\s*([0-9a-f]+) \((\S+)\)$")
+# a nest's values and the buffers it reads and where (Inductor's C++)
+_TMP = re.compile(r"auto (tmp\d+) =")
+_READ = re.compile(r"\b(in_ptr\d+|in_out_ptr\d+)\b")
+_AT = re.compile(r"(?:loadu|store)\(\w+ \+ static_cast<int64_t>\(([^)]*)\)")
+_INDEX = re.compile(r"ptr\d+\[static_cast<int64_t>\(([^\]]*)\)\]")
 
 
 def child(grid: str, dtype: torch.dtype, seconds: int) -> None:
@@ -159,6 +165,21 @@ def _points(body: list[str]) -> tuple[int, bool]:
             seen.add(m.group(1))
             points *= max(int(m.group(3)) - int(m.group(2)), 0)
     return points, any("at::vec::" in line for line in body)
+
+
+def copy_kind(lines: list[str], nest: tuple) -> str | None:
+    """Whether a nest only moves data (one value read from one buffer and
+    stored): "copy" where its innermost loop walks both buffers at stride
+    1 (a piece of a cat, say), "reordered" where not (a transpose, a level
+    gathered at stride kb), None where it computes."""
+    top, _, last, _, _ = nest
+    body = "\n".join(line for line in lines[top - 1:last] if not line.lstrip().startswith("//"))
+    if len(set(_TMP.findall(body))) != 1 or len(set(_READ.findall(body))) != 1:
+        return None
+    inner = _LOOP.findall(body)[-1][0]
+    places = _AT.findall(body) or _INDEX.findall(body)
+    unit = re.compile(rf"(^|\+ ){inner}( \+|$)")
+    return "copy" if places and all(unit.search(at) for at in places) else "reordered"
 
 
 def nest_samples(nests: list, line_counts: collections.Counter) -> list:
@@ -278,11 +299,27 @@ def print_loops(library: str, addresses: collections.Counter, plane: int, top: i
             scalar[points] += n
     kinds = collections.Counter(points for _, _, _, points, vectorised in nests if not vectorised)
     print("scalar nests by their points: " + ", ".join(
-        f"{kinds[points]} of {points} points {100 * n / total:.1f} %" for points, n in scalar.most_common(4))
-        + "\n")
+        f"{kinds[points]} of {points} points {100 * n / total:.1f} %" for points, n in scalar.most_common(4)))
+    print_copies(cpp.read_text(), nests, counts, plane, total)
     print("| line | points | vectorised | % of the library's samples |\n|---|---|---|---|")
     for n, line, points, vectorised in rows[:top]:
         print(f"| {line} | {points} | {'yes' if vectorised else 'no'} | {100 * n / total:.1f} |")
+
+
+def print_copies(cpp: str, nests: list, counts: collections.Counter, plane: int,
+                 total: int) -> None:
+    """The nests that only move data (copy_kind), over 3-D ranges and planes."""
+    moved, lines = collections.defaultdict(lambda: [0, 0, 0]), cpp.split("\n")
+    for nest in nests:
+        kind = copy_kind(lines, nest)
+        if kind:
+            row = moved[(kind, "3-D" if nest[3] > plane else "planes")]
+            row[0] += 1
+            row[1] += nest[3]
+            row[2] += sum(counts[n] for n in range(nest[1], nest[2] + 1))
+    print("nests that only move data: " + (", ".join(
+        f"{n} {kind} {where} ({points:,} points) {100 * samples / total:.1f} %"
+        for (kind, where), (n, points, samples) in sorted(moved.items())) or "none") + "\n")
 
 
 def start_child(args) -> tuple[subprocess.Popen, str]:
