@@ -57,7 +57,10 @@ stays, the snapshots finished (each member's count in the variable
 ``snapshots``) are kept in ``DIR/dataset.nc.partial``, and the command
 says so with the command that continues; ``--resume`` goes on from them
 to the same bits as an uninterrupted run (the settings and sources
-checked against the partial file's).
+checked against the partial file's). With ``refine = 2`` the fine state
+of each unfinished member's last start snapshot is kept beside them
+(pompy.generate.writer.fine_state_file), as the file holds only its
+coarse-graining.
 
 torchrun. Each process reads RANK and WORLD_SIZE (as torchrun sets them;
 default 0 and 1), runs members m with m % WORLD_SIZE == RANK and writes its

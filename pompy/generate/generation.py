@@ -72,9 +72,6 @@ def plan(config: Config, settings: GenerateSettings, environ: Mapping[str, str])
                          f"(iproblem=1), not iproblem={config.iproblem}'s; use --perturb ic")
     if ref.refine > 1:
         refine.check_nestable(config)
-    if ref.refine > 1 and files.resume:
-        raise InputError(f"--resume: a dataset of --refine {ref.refine} keeps its snapshots "
-                         "coarse-grained, not the fine state to go on from; generate it again")
     if settings.schedule.spinup_spread and ens.perturb != "params":
         raise InputError("--spinup_spread: only params members draw spin-up offsets; give "
                          "--perturb params, or --spinup_spread 0")
@@ -143,6 +140,8 @@ def generate(config: Config, settings: GenerateSettings, *,
               for case, _ in cases]
     if settings.files.resume:
         writer = DatasetWriter.reopen(p.path)
+        if ref.refine > 1:
+            writer.check_fine()
         print(f"{prefix}: resuming {writer.partial} ({writer.kept(p.members)})", file=log,
               flush=True)
     else:

@@ -143,10 +143,16 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
     offset included), its time-0 snapshot, then ``records`` snapshots
     every ``steps`` steps; a member the writer holds snapshots of goes on
     from its last start snapshot. ``view``: what the writer is given of a
-    state (a finer grid's states coarse-grained onto the file's, where the
-    writer then holds no state to go on from)."""
-    done = writer.resumable(local)
-    if done:
+    state (a finer grid's states coarse-grained onto the file's: the
+    writer then holds no state to go on from, so it is given the fine
+    state of each start snapshot too, which an interrupted generation
+    keeps)."""
+    done, fine = writer.resumable(local), view is not same
+    if done and fine:
+        n, record = writer.read_fine(local, done - 1, core.device, core.dtype)
+        done = n + 1
+        core.restore({**start, **record})
+    elif done:
         core.restore({**start, **writer.read(local, done - 1, core.device, core.dtype)})
     else:
         core.restore(start)
@@ -165,12 +171,16 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
             if spin > early:
                 record = _run_to(core, spin - early, history, view)
         writer.write(local, 0, record, history.levels() if history else None)
+        if fine:
+            writer.hold_fine(local, 0, core.snapshot)
         raise_pending()                      # a signal something dropped: stop here
     elif history is not None:
         history.add(writer.read(local, done - 1, core.device, core.dtype))
     for n in range(max(done, 1), records + 1):
         record = _run_to(core, steps, history, view)
         writer.write(local, n, record, history.levels() if history else None)
+        if fine:
+            writer.hold_fine(local, n, core.snapshot)
         raise_pending()
 
 

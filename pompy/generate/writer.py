@@ -8,13 +8,18 @@ targets alone between them (``starts_every``), under a temporary name,
 in ``dataset.nc.partial`` (the readers' patterns miss it), with each
 member's count in the variable ``snapshots``; ``--resume`` copies that
 file back and goes on, after checking that it was made with the same
-settings and sources (:func:`check_resumed`).
+settings and sources (:func:`check_resumed`). A reference on a finer grid
+(``--refine``) writes its states coarse-grained, which a run cannot go on
+from: interrupted, it keeps each unfinished member's fine state at its
+last start snapshot beside the file (:func:`fine_state_file`), which
+``--resume`` reads instead.
 """
 from __future__ import annotations
 
 import math
+import pickle
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import netCDF4
@@ -149,6 +154,13 @@ def partial_file(path: Path) -> Path:
     return Path(path).with_name(Path(path).name + ".partial")
 
 
+def fine_state_file(path: Path, member: int) -> Path:
+    """Where an interrupted generation of dataset file ``path`` with a
+    finer reference grid keeps member ``member``'s fine state (a torch
+    file of its snapshot record), beside the member's fine grid."""
+    return path.parent / "reference_grids" / f"member_{member}.partial.pt"
+
+
 def _numpy(record: Mapping, name: str) -> np.ndarray:
     return record[name].detach().to("cpu", torch.float64).numpy()
 
@@ -208,6 +220,7 @@ class DatasetWriter:
         self.iints = iints
         self.offsets = [offset for _, offset in cases]
         self.done = [0] * len(members)
+        self.fine = {}
         self._set_starts(attributes)
 
     @classmethod
@@ -224,6 +237,7 @@ class DatasetWriter:
         self.ratio = int(getattr(self.ds, "physics_step_ratio", 0))
         self.offsets = [int(n) for n in self.ds["spinup_offset"][:]]
         self.done = [int(n) for n in self.ds["snapshots"][:]]
+        self.fine = {}
         self._set_starts({name: self.ds.getncattr(name) for name in self.ds.ncattrs()})
         return self
 
@@ -296,16 +310,72 @@ class DatasetWriter:
             for name in state_fields()}
         return dict(record, iint=self.iints[n] + self.offsets[member], time0=float(self.ds.time0))
 
+    def hold_fine(self, member: int, n: int, take: Callable[[], dict]) -> None:
+        """The fine state whose coarse-graining is snapshot n of the file's
+        member ``member``, written: taken (``take``: a core's
+        :meth:`~pompy.core.model.Core.snapshot`) where n is a start
+        snapshot, the one :meth:`close` keeps should the generation stop
+        before the member is complete. A signal between the write and this
+        leaves the start before held, from which :meth:`read_fine` goes on."""
+        if is_start(n, self.starts_every):
+            self.fine[member] = (n, take())
+
+    def read_fine(self, member: int, last: int, device, dtype: torch.dtype) -> tuple[int, dict]:
+        """(n, the fine state) an interrupted generation kept of the file's
+        member ``member``: of its start snapshot n, at most ``last`` (the
+        last start written; the snapshots after n are written again, to the
+        same bits), to continue from; InputError naming the file where it
+        is missing or of no such snapshot."""
+        path = fine_state_file(self.path, int(self.ds["member"][member]))
+        try:
+            record = torch.load(path, weights_only=True, mmap=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+            why = "missing" if isinstance(err, FileNotFoundError) else "not a state pompy wrote"
+            raise InputError(f"--resume: {path} cannot be read ({why}): the fine state to go "
+                             "on from is lost; --overwrite starts over") from err
+        n = int(record.pop("snapshot", -1))
+        if not (0 <= n <= last and is_start(n, self.starts_every)
+                and int(record["iint"]) == self.iints[n] + self.offsets[member]):
+            raise InputError(f"--resume: {path} holds iint {int(record['iint'])}, of no start "
+                             f"snapshot up to the member's last ({last}); --overwrite starts over")
+        return n, {name: v.to(device=device, dtype=dtype) if torch.is_tensor(v) else v
+                   for name, v in record.items()}
+
+    def check_fine(self) -> None:
+        """That every unfinished member has the fine state to go on from
+        (:meth:`read_fine`), before anything runs."""
+        for member, done in enumerate(map(self.resumable, range(len(self.done)))):
+            if 0 < done < len(self.iints):
+                self.read_fine(member, done - 1, "cpu", torch.float64)
+
+    def _keep_fine(self) -> None:
+        """Each unfinished member's fine state held (:meth:`hold_fine`) into
+        its file, written whole before it replaces an older one."""
+        for member, (n, record) in self.fine.items():
+            if self.done[member] == len(self.iints):
+                continue
+            path = fine_state_file(self.path, int(self.ds["member"][member]))
+            tmp = temporary_file(path)
+            torch.save({name: v.cpu() if torch.is_tensor(v) else v for name, v in record.items()}
+                       | {"snapshot": n}, tmp)
+            tmp.replace(path)
+
     def close(self, complete: bool, keep: bool = False) -> Path | None:
-        """Close the file: complete, renamed to ``path``; else, with
-        ``keep`` and a snapshot written, kept as ``path``.partial
-        (returned); else removed. No temporary file is left either way."""
+        """Close the file: complete, renamed to ``path`` (the fine states an
+        interruption kept removed); else, with ``keep`` and a snapshot
+        written, kept as ``path``.partial (returned) with the fine states
+        held; else removed. No temporary file is left either way."""
         if self.progress is not None:
             self.progress.close()
+        members = [int(m) for m in self.ds["member"][:]]
+        if keep and any(self.done) and not complete:
+            self._keep_fine()
         self.ds.close()
         if complete:
             self.tmp.replace(self.path)
             self.partial.unlink(missing_ok=True)
+            for m in members:
+                fine_state_file(self.path, m).unlink(missing_ok=True)
             return self.path
         if keep and any(self.done):
             self.tmp.replace(self.partial)
