@@ -86,6 +86,24 @@ def test_a_continued_run_compares_on_the_common_records(small, tmp_path):
     assert [line[2] for line in el if line[-1] == "tolerance"] == ["5.000e-01"]
 
 
+def test_the_default_bars_are_pompy_reports():
+    """Without --tolerance each field has pompy report's bar: 1e-10 of its
+    magnitude, 1e-8 for a diagnostic field (l here: the closure amplifies
+    rounding about 100-fold); a tolerance given holds for every field."""
+    from pompy.compare import Difference
+    from pompy.report.checks import DIAGNOSTIC_BAR, PROGNOSTIC_BAR
+    assert (PROGNOSTIC_BAR, DIAGNOSTIC_BAR) == (1e-10, 1e-8)
+    l_off, t_off = Difference("l", 24, 1.0, 7.2e-10), Difference("t", 24, 1.0, 5e-11)
+    text, ok = report([l_off, t_off])
+    assert ok and text.endswith("all within relative tolerances (1e-10; the diagnostic "
+                                "fields 1e-08)"), text
+    text, ok = report([l_off, t_off], 1e-10)
+    assert not ok and [line.split()[0] for line in text.splitlines()
+                       if line.endswith("> tolerance")] == ["l"]
+    text, ok = report([Difference("t", 24, 1.0, 2e-10)])
+    assert not ok and text.splitlines()[-2].endswith("> tolerance")
+
+
 def test_records_are_matched_by_time_without_iint(small, tmp_path):
     a = write(tmp_path / "a.nc", small, (6, 12, 18))
     b = write(tmp_path / "b.nc", small, (12, 18, 24))

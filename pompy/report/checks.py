@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from pompy.compare import DIAGNOSTIC_BAR, PROGNOSTIC_BAR
 from pompy.io import output_fields
 from pompy.report.runs import Results
 from pompy.variables import VARIABLES
@@ -11,12 +12,11 @@ from pompy.variables import VARIABLES
 PROGNOSTIC = [f for f in output_fields() if VARIABLES[f].kind == "prognostic"]
 DIAGNOSTIC = [f for f in output_fields() if VARIABLES[f].kind != "prognostic"]
 
-# The bars, relative to each field's max magnitude in the reference.
-PROGNOSTIC_BAR = 1e-10
+# The bars, relative to each field's max magnitude in the reference
+# (pompy compare's defaults).
 PROGNOSTIC_WHY = ("whole runs match the oracle to 1e-10 through 240 steps (design.md); worse "
                   "than 1e-10 is a real difference in the algorithm, not rounding (golden "
                   "README); measured 1.6e-11 on the 65x49x21 seamount after 240 steps")
-DIAGNOSTIC_BAR = 1e-8
 DIAGNOSTIC_WHY = ("l, km, kh, kq are the closure's ratios and products of q2 and q2l, and w "
                   "comes from continuity's cancellation: they amplify the prognostic fields' "
                   "rounding about 100-fold (measured after 240 steps of the 65x49x21 seamount: "
