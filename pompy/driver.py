@@ -347,6 +347,7 @@ def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps:
                                                                        restart_path.resolve()):
         raise InputError(f"the restart to continue from, {restart}, is a file this run would "
                          "write (it continues from its own step); give another --output")
+    made = not output_dir.exists()
     prepare_output(output_dir, (out_path, restart_path, incomplete_path(out_path)), overwrite)
     check_memory(config, name, dtype, force)
     records = record_steps(config, first, last)
@@ -365,8 +366,13 @@ def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps:
     if history is not None:
         print(f"pompy: {history}", file=sys.stderr)
     with _elementary_functions(fortran_math):
-        model = make_model(config, core, device, dtype, saved, check_cfl, oracle, check_every,
-                           compile)
+        try:
+            model = make_model(config, core, device, dtype, saved, check_cfl, oracle,
+                               check_every, compile)
+        except InputError:              # a bad IC file, say: no empty folder left behind
+            if made and not any(output_dir.iterdir()):
+                output_dir.rmdir()
+            raise
         return _time_loop(model, config, name, first, last, records, out_path, restart_path,
                           progress, fortran_math, "float64" if cores.is_twin(name) else dtype,
                           history)

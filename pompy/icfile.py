@@ -116,6 +116,7 @@ import numpy as np
 import torch
 
 from pompy.core.grid import depth
+from pompy.errors import InputError
 from pompy.io import cf_dims, from_cf, to_cf
 from pompy.variables import VARIABLES, names
 
@@ -169,13 +170,13 @@ def read_ic(path: str | Path, config: Config) -> dict[str, np.ndarray]:
     filled in: Fortran-ordered float64 numpy arrays in pom2k (i, j[, k])
     order. Level kb of the sigma variables is 0. east_e and north_e are
     returned only if the file has them (the set-up computes them otherwise;
-    place them after it). Raises ValueError naming the variable and the
+    place them after it). Raises InputError (bad input: exit 2) naming the variable and the
     problem."""
     path = Path(path)
     try:
         ds = netCDF4.Dataset(path)
     except (OSError, ValueError) as err:
-        raise ValueError(f"IC file {path}: cannot read it as NetCDF ({err})") from err
+        raise InputError(f"IC file {path}: cannot read it as NetCDF ({err})") from err
     with ds:
         ds.set_auto_mask(True)
         where = f"IC file {path}"
@@ -184,26 +185,26 @@ def read_ic(path: str | Path, config: Config) -> dict[str, np.ndarray]:
                 close = difflib.get_close_matches(name, list(FIELDS), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else (
                     f"; the format's variables are {', '.join(FIELDS)} (see pompy.icfile)")
-                raise ValueError(f"{where}: unknown variable {name!r}{hint}")
+                raise InputError(f"{where}: unknown variable {name!r}{hint}")
         for name, (units, meaning) in REQUIRED.items():
             if name not in ds.variables:
-                raise ValueError(f"{where}: required variable {name!r} ({meaning}, {units}) is "
+                raise InputError(f"{where}: required variable {name!r} ({meaning}, {units}) is "
                                  "missing")
         cf = {name: _checked(ds, name, config, where) for name in FIELDS if name in ds.variables}
         if "sigma" in ds.variables:
             _check_sigma(ds, config, where)
     if ("east_e" in cf) != ("north_e" in cf):
         given = "east_e" if "east_e" in cf else "north_e"
-        raise ValueError(f"{where}: {given!r} is given without "
+        raise InputError(f"{where}: {given!r} is given without "
                          f"{'north_e' if given == 'east_e' else 'east_e'!r}: give both or neither")
     for name in ("dx", "dy"):
         bad = np.argwhere(cf[name] <= 0)
         if bad.size:
-            raise ValueError(f"{where}: {name!r} must be > 0 m; it is {float(cf[name][tuple(bad[0])])!r} "
+            raise InputError(f"{where}: {name!r} must be > 0 m; it is {float(cf[name][tuple(bad[0])])!r} "
                              f"at {_where(tuple(bad[0]), cf_dims(name))} "
                              f"({len(bad)} such points)")
     if not (cf["h"] > 1.0).any():
-        raise ValueError(f"{where}: 'h' has no wet point: h <= 1 m (land) everywhere")
+        raise InputError(f"{where}: 'h' has no wet point: h <= 1 m (land) everywhere")
     ic = {name: from_cf(a) for name, a in cf.items()}
     _fill_defaults(ic, config)
     for name, a in ic.items():
@@ -220,7 +221,7 @@ def _checked(ds, name: str, config: Config, where: str) -> np.ndarray:
     want = _shape(name, config.im, config.jm, config.kb)
     sizes = dict(zip(("x", "y", "sigma"), (config.im, config.jm, config.kb)))
     if tuple(var.dimensions) != dims or tuple(var.shape) != want:
-        raise ValueError(
+        raise InputError(
             f"{where}: variable {name!r} has dims {tuple(var.dimensions)} and shape {tuple(var.shape)}; "
             f"expected dims {dims} and shape {want} = "
             f"({', '.join(f'{d}={sizes[d]}' for d in dims)}) for the config "
@@ -232,7 +233,7 @@ def _checked(ds, name: str, config: Config, where: str) -> np.ndarray:
     if bad.any():
         first = tuple(np.argwhere(bad)[0])
         kind = "missing (fill)" if mask[first] else repr(float(values[first]))
-        raise ValueError(f"{where}: variable {name!r} has {int(bad.sum())} non-finite or missing "
+        raise InputError(f"{where}: variable {name!r} has {int(bad.sum())} non-finite or missing "
                          f"values, the first {kind} at {_where(first, dims)}")
     return values
 
@@ -243,7 +244,7 @@ def _check_sigma(ds, config: Config, where: str) -> None:
     values = np.ma.getdata(var[...]).astype(np.float64)
     if tuple(var.dimensions) != ("sigma",) or values.shape != zz.shape \
             or not np.allclose(values, zz, rtol=0, atol=1e-12):
-        raise ValueError(
+        raise InputError(
             f"{where}: its sigma levels {np.array2string(values, precision=6)} are not the config's "
             f"t-levels zz of depth(kb={config.kb}, kl1={config.kl1}, kl2={config.kl2}) = "
             f"{np.array2string(zz, precision=6)}")

@@ -377,3 +377,26 @@ def test_explicit_core_runs_an_ic_file_as_the_oracle(oracle, tmp_path):
     run_steps(want, config, 1, 20)
     assert_fields_close(core.numpy_state(), want, 1e-12, names=variables.names("prognostic"),
                         label="20 steps")
+
+
+@pytest.mark.parametrize("command", [["run"], ["run", "--core", "oracle"],
+                                     ["report", "--days", "0.01"]])
+@pytest.mark.parametrize("bad", ["not NetCDF", "another grid"])
+def test_the_commands_refuse_a_bad_ic_file_in_one_line(valid, capsys, command, bad):
+    """An IC file that is no NetCDF, or of another grid than the config's:
+    `pompy run` (a torch core and the oracle) and `pompy report` exit 2
+    with one line naming the file, and leave no output folder behind."""
+    from pompy.cli import main
+    tmp_path, ic, config = valid
+    path = tmp_path / "ic.nc"
+    if bad == "not NetCDF":
+        path.write_text("&pom2k /\n")
+    else:
+        write_ic(path, **random_ic(11, config.im + 1, config.jm, config.kb))
+    nml = tmp_path / "case.nml"
+    dataclasses.replace(config, iproblem=3, icfile=str(path)).to_namelist().write(nml)
+    out = tmp_path / "out"
+    assert main([command[0], str(nml), "--output", str(out), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("pompy: ") and f"IC file {path}" in err, err
+    assert not out.exists()

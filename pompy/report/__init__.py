@@ -32,12 +32,13 @@ import argparse
 import json
 import math
 import shlex
+import shutil
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pompy import cores
+from pompy import cores, files
 from pompy.compare import differences as compare_files
 from pompy.config import Config, load_config
 from pompy.errors import InputError, ModelStop
@@ -97,8 +98,8 @@ def prepare_folder(output: Path, overwrite: bool) -> None:
                          "in it, or another --output")
     try:
         (output / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot make output folder {output}: {err.strerror}") from None
+    except OSError as err:              # the machine's: a folder not writable, say
+        raise files.fault(output, err, "making the output folder") from None
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -191,6 +192,7 @@ def make_report(config: Config, config_file: str, names: list[str], output: Path
                          f"{' or '.join(pom2k)}")
     check_supported(config)             # what the oracle cannot run, before any folder is made
     output = Path(output)
+    made = not output.exists()
     prepare_folder(output, overwrite)
     steps = config.iend
     runs = plan(names)
@@ -202,7 +204,12 @@ def make_report(config: Config, config_file: str, names: list[str], output: Path
         if progress and step > 0 and (step == total or step * 10 // total != (step - 1) * 10 // total):
             print(f"pompy report: step {step} of {total}", file=sys.stderr, flush=True)
 
-    res = run_side_by_side(config, runs, steps, output / "runs", found, tell)
+    try:
+        res = run_side_by_side(config, runs, steps, output / "runs", found, tell)
+    except InputError:                  # a bad IC file, say: no half-made folder left behind
+        if made:
+            shutil.rmtree(output, ignore_errors=True)
+        raise
     checks = checks_.checks(res, steps, config.rhoref)
     body = {
         "command": command,
