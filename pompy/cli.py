@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import os
 import shlex
 import shutil
@@ -20,6 +21,7 @@ from pompy.errors import EnvironmentFault, InputError, Interrupted, ModelStop
 from pompy.oracle.build import BuildEnvironmentError, OracleBuildError
 from pompy.settings import RunSettings, VerifySettings
 from pompy.utils import allocator
+from pompy.utils.streams import Tolerant
 
 GFORTRAN_INSTALL = "sudo apt-get install -y gfortran"
 TCMALLOC_PACKAGE = "libtcmalloc-minimal4"
@@ -38,6 +40,23 @@ def main(argv: list[str] | None = None) -> int:
     writable), 128+N a signal N (130 SIGINT, 143 SIGTERM); a traceback only
     for bugs."""
     args = build_parser().parse_args(argv)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Tolerant(sys.stdout), Tolerant(sys.stderr)
+    try:
+        code = _handled(args)
+        sys.stdout.flush()              # what a lost reader leaves in the buffer: dropped
+        if sys.stdout.lost == errno.ENOSPC and code == 0:   # the product itself lost
+            print("pompy: standard output: no space left on the device; what the command "
+                  "printed there is lost", file=sys.stderr)
+            code = EXIT_FAULT
+        sys.stderr.flush()
+        return code
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _handled(args: argparse.Namespace) -> int:
+    """The command's exit code: its handler's, or its error's (main)."""
     try:
         return args.handler(args)
     except InputError as err:
@@ -49,9 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     except OracleBuildError as err:      # the compiler's messages are in the log it names
         print(f"pompy: {str(err).splitlines()[0]}", file=sys.stderr)
         return EXIT_FAULT
-    except BrokenPipeError:             # `pompy compare A B | head`: the reader left
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     except KeyboardInterrupt:
         print("pompy: interrupted (SIGINT) before the time loop; nothing was written",
               file=sys.stderr)

@@ -186,3 +186,54 @@ def test_verify_checks_every_number_it_takes(capsys, flag, value, why):
     err = capsys.readouterr().err
     assert f"pompy verify: error: argument {flag}: invalid int value: 'x'\n" in err and \
         "Traceback" not in err, err
+
+
+def _shell(command: str, cwd) -> subprocess.CompletedProcess:
+    """``command`` in bash, the first process's exit code last on stdout."""
+    return subprocess.run(["bash", "-c", command + '; echo "rc ${PIPESTATUS[0]}"'], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_reader_that_leaves_or_a_full_device_costs_messages_not_work(tmp_path):
+    """`pompy run ... 2>&1 | head -2`: the run goes on without its progress
+    lines, to its output and restart (exit 0); `pompy compare ... | head
+    -1` keeps its verdict (exit 1: a difference beyond the tolerance);
+    `pompy config > /dev/full`, whose product is what it prints, says in
+    one line that it is lost and exits 4."""
+    import netCDF4
+    pompy = "python3 -m pompy"
+    done = _shell(f"{pompy} run {SEAMOUNT} --steps 12 --output out 2>&1 | head -2", tmp_path)
+    assert done.stdout.splitlines()[-1] == "rc 0", done
+    assert len(done.stdout.splitlines()) == 3
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["explicit_output.nc", "explicit_restart.nc"]
+    with netCDF4.Dataset(out / "explicit_restart.nc") as ds:
+        assert int(ds.iint) == 12
+    other = tmp_path / "other.nc"
+    other.write_bytes((out / "explicit_output.nc").read_bytes())
+    with netCDF4.Dataset(other, "a") as ds:
+        ds["t"][-1] = ds["t"][-1] * 1.001
+    done = _shell(f"{pompy} compare out/explicit_output.nc other.nc | head -1", tmp_path)
+    assert done.stdout.splitlines()[-1] == "rc 1", done
+    done = _shell(f"{pompy} config {SEAMOUNT} > /dev/full", tmp_path)
+    assert done.stdout.splitlines()[-1] == "rc 4", done
+    assert done.stderr == ("pompy: standard output: no space left on the device; what the "
+                           "command printed there is lost\n"), done.stderr
+
+
+def test_tolerant_streams_drop_what_a_closed_pipe_refuses():
+    import os
+
+    from pompy.utils.streams import Tolerant
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as raw:
+        stream = Tolerant(raw)
+        assert stream.write("x" * 100_000) == 100_000     # buffered, or refused: dropped
+        stream.flush()
+        assert stream.write("more") == 4
+        assert stream.lost == __import__("errno").EPIPE
+        stream.flush()
+    with pytest.raises(OSError):        # another error is not the reader leaving
+        Tolerant(open(os.devnull)).write("read-only")
