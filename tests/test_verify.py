@@ -261,7 +261,9 @@ def test_bad_input_is_one_line_exit_2(oracle, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("POMPY_HOME", str(tmp_path))
     cases = [([*TINY, "--set", "dte=100"], "dte=100.0 breaks the external CFL limit"),
              (["--config", str(tmp_path / "missing.nml")], "missing.nml"),
-             ([*TINY, "--device", "tpu"], "--device tpu: not a torch device")]
+             ([*TINY, "--device", "tpu"], "--device tpu: not a torch device"),
+             # before the set-up allocates it (a run of it: some 3 PB)
+             ([*TINY, "--set", "im=100000", "--set", "jm=100000"], "give --force to run it anyway")]
     if not torch.cuda.is_available():
         cases.append(([*TINY, "--device", "cuda"], "--device cuda: this torch has no CUDA device"))
     for args, words in cases:

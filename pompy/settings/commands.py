@@ -72,6 +72,8 @@ class VerifySettings:
     steps: int = setting(DEFAULT_STEPS, "internal steps of the whole run against the oracle",
                          check=at_least(1))
     seed: int = setting(0, "first random state's seed, 0 .. 2**32-1", check=a_seed)
+    force: bool = setting(False, "verify even if a run on the grid would not fit in the memory",
+                          flag_only=True)
 
     def checked(self) -> VerifySettings:
         if self.config is None:

@@ -25,11 +25,13 @@ from pompy.verify.states import window
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
-def check_input(config: Config, core: str, device: str, dtype: str, samples: int, steps: int
-                ) -> None:
+def check_input(config: Config, core: str, device: str, dtype: str, samples: int, steps: int,
+                force: bool = False) -> None:
     """InputError (exit 2) for what cannot be verified: an unknown core,
-    device or dtype, a count below 1, a config breaking the core's CFL limit."""
-    from pompy.driver import check_device
+    device or dtype, a count below 1, a run of the core on the config's
+    grid (what the whole-run parity steps) that would not fit in the
+    memory (unless ``force``), a config breaking the core's CFL limit."""
+    from pompy.driver import check_device, check_memory
     from pompy.errors import InputError
 
     if core not in cores.NAMES:
@@ -40,6 +42,7 @@ def check_input(config: Config, core: str, device: str, dtype: str, samples: int
     if samples < 1 or steps < 1:
         raise InputError(f"--samples and --steps must be at least 1 (got {samples}, {steps})")
     check_device(core, device, dtype)
+    check_memory(config, core, dtype, force)           # before the set-up allocates the grid
     from pompy.core import setup
     # the whole set-up (the internal limit reads t and s); a bad IC file: ConfigError
     cores.get(core).check_cfl(config, setup.checked_set_up(config))
@@ -161,7 +164,8 @@ def run_command(args: VerifySettings) -> int:
     from pompy.config import load_config
 
     config = load_config(args.config, args.overrides)
-    check_input(config, args.core, args.device, args.dtype, args.samples, args.steps)
+    check_input(config, args.core, args.device, args.dtype, args.samples, args.steps,
+                args.force)
     from pompy import files
     from pompy.verify.certificate import certificate_dir
 
