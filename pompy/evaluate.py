@@ -39,8 +39,10 @@ loss, each field's RMSE or ratio, the headline ratio), ``evaluation.png``
 (the ratios by lead; the RMSE of el, u, ua and t of both models) and
 ``evaluation.json`` (the same numbers, the members and what they are to
 the run, their case parameters, the checkpoint and its epoch, its
-certificate id, the data's provenance). Exit 0; bad input: one line
-``pompy: ...``, exit 2; a core that blows up: exit 3.
+certificate id, the data's provenance); an earlier evaluation's files
+there are kept unless ``--overwrite``. Exit 0; bad input: one line
+``pompy: ...``, exit 2; a core that blows up: exit 3; a folder that cannot
+be written: exit 4, before the rollouts.
 """
 from __future__ import annotations
 
@@ -55,12 +57,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pompy import files
 from pompy import settings as settings_layer
 from pompy import variables
 from pompy.config import Config, load_config
 from pompy.dataset import SnapshotDataset
 from pompy.distributed import Distributed, torch_device
-from pompy.driver import Progress
+from pompy.driver import Progress, prepare_output
 from pompy.errors import InputError, ModelStop
 from pompy.settings import EvaluateSettings, TrainSettings
 from pompy.train.checkpoint import physics_differences
@@ -340,6 +343,9 @@ def evaluate(settings: EvaluateSettings, log=None) -> dict:
     try:
         held = _members(dataset, trained.data.test_fraction, None, required=False)
         chosen = _members(dataset, trained.data.test_fraction, settings.member_numbers)
+        # where the files go, checked before the rollouts (an earlier evaluation kept)
+        folder = Path(settings.output) if settings.output is not None else Path(run)
+        prepare_output(folder, tuple(folder / name for name in FILES), settings.overwrite)
         corrected, uncorrected, refs, lead = rollouts(model, dataset, chosen)
         kb = model.config.kb
         weights = trained.optimizer.weights
@@ -366,8 +372,10 @@ def evaluate(settings: EvaluateSettings, log=None) -> dict:
         "corrected_loss": loss_c, "uncorrected_loss": loss_u,
         "rmse": {"corrected": rmse_c, "uncorrected": rmse_u},
     }
-    folder = Path(settings.output) if settings.output is not None else Path(run)
-    write_files(folder, result)
+    try:
+        write_files(folder, result)
+    except OSError as err:              # a full disk, say: the machine's, not the input's
+        raise files.fault(folder, err, "writing the evaluation") from None
     _say(result, folder, log)
     return result
 

@@ -72,7 +72,8 @@ def test_evaluate_writes_the_table_the_figure_and_the_ratios(trained, capsys):
     uncorrected (the run's weights on the per-field MSEs, whose roots are
     the RMSEs of the CSV); the worst is printed last."""
     run, data = trained
-    assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES)]) == 0
+    assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES),
+                     "--overwrite"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     result = json.loads((run / "evaluation.json").read_text())
     assert result["members"] == [2] and result["cycles"] == CYCLES        # the held-out member
@@ -187,6 +188,8 @@ def test_a_ratio_above_one_is_said_plainly():
     (["{run}", "--cycles", "4"], "no sample of horizon 4"),
     (["{run}", "--members", "9", "--cycles", "3"], "--members: 9 not in the data"),
     (["{run}", "--cycles", "0"], "--cycles 0: must be >= 1"),
+    (["{run}", "--cycles", "2", "--output", "{run}/checkpoint_last.pt"],
+     "checkpoint_last.pt is a file; give another --output"),
 ])
 def test_bad_input_is_one_line(trained, capsys, argv, message):
     run, data = trained
@@ -196,12 +199,32 @@ def test_bad_input_is_one_line(trained, capsys, argv, message):
     assert err.startswith("pompy: ") and err.count("\n") == 1 and message in err, err
 
 
+def test_an_earlier_evaluation_is_kept_without_overwrite(trained, tmp_path, capsys):
+    """A second evaluation into a folder holding one is refused before its
+    rollouts, the files as they were; --overwrite replaces them."""
+    run, data = trained
+    out = tmp_path / "eval"
+    args = ["evaluate", str(run), "--data", str(data), "--cycles", "2", "--output", str(out)]
+    assert cli.main(args) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    capsys.readouterr()
+    assert cli.main([*args[:4], "--cycles", "3", *args[6:]]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"pompy: {out} already holds evaluation.csv, evaluation.png, evaluation.json "
+                   "(from an earlier run); give --overwrite to replace them, or another "
+                   "--output\n"), err
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert cli.main([*args[:4], "--cycles", "3", *args[6:], "--overwrite"]) == 0
+    assert json.loads((out / "evaluation.json").read_text())["cycles"] == 3
+
+
 def test_pompy_report_shows_a_training_run(trained, capsys):
     """`pompy report RUN`: the loss curves (epoch_log's baseline and ratio),
     the evaluation's figure and table, the certificate id and the data's
     provenance, in RUN/training_report.html and .json."""
     run, data = trained
-    assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES)]) == 0
+    assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES),
+                     "--overwrite"]) == 0
     # its progress in a log: a line per cycle of each rollout, the last at 100 %
     lines = [line for line in capsys.readouterr().err.splitlines() if "rollout, cycle" in line]
     assert len(lines) == 2 * CYCLES and "ETA " in lines[-1], lines
@@ -235,7 +258,8 @@ def test_the_report_fits_the_window_and_marks_an_older_evaluation(trained, tmp_p
     from test_report import chromium, overflow
     run, data = trained
     if not (run / "evaluation.json").is_file():
-        assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES)]) == 0
+        assert cli.main(["evaluate", str(run), "--data", str(data), "--cycles", str(CYCLES),
+                     "--overwrite"]) == 0
     assert cli.main(["report", str(run), "--output", str(tmp_path / "now")]) == 0
     browser = chromium()
     for width in (1000, 1600):

@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                f"--master_port={free_port()}", "-m", "pompy.train", "--config", str(CONFIG),
                "--data", str(data), "--output", str(run), "--overwrite", "--no-progress",
                *shlex.split(a.train)], env)
-    step("pompy evaluate", py + ["pompy", "evaluate", str(run), "--data", str(data)], env)
+    step("pompy evaluate", py + ["pompy", "evaluate", str(run), "--data", str(data),
+                                 "--overwrite"], env)
     with open(run / "epoch_log.csv") as f:
         last = list(csv.DictReader(f))[-1]
     result = json.loads((run / "evaluation.json").read_text())

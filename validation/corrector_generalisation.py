@@ -101,7 +101,8 @@ def evaluate(out: Path, data: Path, cycles: int, folder: str, members: str | Non
     where = out / folder
     run(f"evaluate {out.name} {folder}",
         [sys.executable, "-m", "pompy", "evaluate", str(out), "--data", str(data), "--cycles",
-         str(cycles), "--output", str(where)] + (["--members", members] if members else []),
+         str(cycles), "--output", str(where), "--overwrite"]
+        + (["--members", members] if members else []),
         where / "evaluation.json")
     return json.loads((where / "evaluation.json").read_text())
 

@@ -42,6 +42,8 @@ class EvaluateSettings:
                                   "here", metavar="CONFIG.nml")
     output: Path | None = setting(None, "folder of evaluation.csv, .json and .png (default "
                                   "RUN)", metavar="DIR")
+    overwrite: bool = setting(False, "replace an earlier evaluation's files in --output",
+                              flag_only=True)
 
     @property
     def member_numbers(self) -> tuple[int, ...] | None:
