@@ -465,6 +465,19 @@ def test_csv_checkpoint_and_resume_equals_uninterrupted(made, home, tmp_path):
     with pytest.raises(train.InputError, match=r"--output .*/a/out holds an earlier run "
                                                r"\(checkpoint_epoch0.pt, checkpoint_epoch1.pt"):
         NPOMTrainerDDP(options(made, tmp_path / "a"))
+    # another folder's checkpoint into a folder with a run of its own, whose logs it would
+    # cut: refused, the logs as they were; into a fresh folder it starts a run from it
+    other = tmp_path / "b" / "out" / "checkpoint_epoch0.pt"
+    with pytest.raises(train.InputError, match=r"--resume .*/b/out/checkpoint_epoch0.pt is "
+                                               r"another folder's checkpoint and --output "
+                                               r".*/a/out holds an earlier run"):
+        NPOMTrainerDDP(options(made, tmp_path / "a", "--resume", other))
+    assert read_csv(tmp_path / "a" / "out" / "train_log.csv") == rows
+    fork = NPOMTrainerDDP(options(made, tmp_path / "fork", "--epochs", 2, "--resume", other))
+    try:
+        assert fork.start_epoch == 1
+    finally:
+        fork.cleanup()
     NPOMTrainerDDP(options(made, tmp_path / "a", "--overwrite")).cleanup()
 
 

@@ -9,15 +9,24 @@ from pompy.errors import EnvironmentFault, InputError
 from pompy.files import writable
 
 
-def check_output(folder: Path, overwrite: bool) -> None:
-    """A fresh run refuses a folder holding an earlier run's log or
-    checkpoints, unless ``overwrite``."""
+def check_output(folder: Path, overwrite: bool, resume: Path | None = None) -> None:
+    """A fresh run, or one resumed from a checkpoint of another folder
+    (``resume``: its logs would be cut to that checkpoint's epoch), refuses
+    a folder holding an earlier run's log or checkpoints, unless
+    ``overwrite``."""
+    if resume is not None and Path(resume).resolve().parent == Path(folder).resolve():
+        return                          # the folder's own run, continued
     earlier = sorted(p.name for p in [folder / "train_log.csv", *folder.glob("checkpoint_*.pt")]
                      if p.exists()) if folder.is_dir() else []
     if earlier and not overwrite:
-        raise InputError(f"--output {folder} holds an earlier run ({', '.join(earlier[:3])}"
-                         f"{' ...' if len(earlier) > 3 else ''}); --resume FILE continues it, "
-                         f"--overwrite replaces it, or choose another folder")
+        held = f"--output {folder} holds an earlier run ({', '.join(earlier[:3])}" \
+               f"{' ...' if len(earlier) > 3 else ''})"
+        if resume is not None:
+            raise InputError(f"--resume {resume} is another folder's checkpoint and {held}, "
+                             "whose logs it would cut; --overwrite replaces that run, or "
+                             "choose another folder")
+        raise InputError(f"{held}; --resume FILE continues it, --overwrite replaces it, or "
+                         "choose another folder")
 
 
 def check_writable(folder: Path) -> None:

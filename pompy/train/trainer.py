@@ -158,11 +158,8 @@ class NPOMTrainerDDP:
                                 config_name=str(s.config))
         self.certificate_id = certificate_id(self.certificate)
         resume = s.checkpoint.resume
-        if resume is None:
-            check_output(s.checkpoint.output, s.checkpoint.overwrite)
-            body = None
-        else:
-            body = load_resume(resume, self.certificate, self.config)
+        check_output(s.checkpoint.output, s.checkpoint.overwrite, resume)
+        body = None if resume is None else load_resume(resume, self.certificate, self.config)
         # the data as a restart is read: made for this config, every value finite
         self.data = TrainingData(s.data, self.config, LOSS_FIELDS, self.dist)
         return body
