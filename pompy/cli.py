@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     writable), 128+N a signal N (130 SIGINT, 143 SIGTERM); a traceback only
     for bugs."""
     args = build_parser().parse_args(argv)
+    args.words = list(sys.argv[1:] if argv is None else argv)    # as typed, for `pompy train`'s
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Tolerant(sys.stdout), Tolerant(sys.stderr)
     try:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -40,6 +41,8 @@ from collections.abc import Sequence
 # how ``python -m pompy.launch`` is spelled in the ranks' messages (pompy.train.cli)
 SPELLING = "python -m pompy.launch"
 LAUNCHER_VARIABLE = "POMPY_LAUNCHER"
+# and its own options (those before the ranks' module or script), for the same
+OPTIONS_VARIABLE = "POMPY_LAUNCH_OPTIONS"
 
 # torchrun's log lines about a stop its ranks explain themselves; and, once
 # they stopped, a node's rendezvous left by the node that kept it (the
@@ -82,6 +85,13 @@ def _raise(signum: int, frame) -> None:
     raise _Interrupted(signum)
 
 
+def launch_options(words: list[str], args) -> str:
+    """torchrun's own options of the command line ``words`` (parsed as
+    ``args``): what comes before the ranks' module or script, -m aside."""
+    before = words[:len(words) - len(args.training_script_args) - 1]
+    return shlex.join(w for w in before if w not in ("-m", "--module"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun with ``argv`` (its own argument parsing and errors); the
     status as the module's docstring says."""
@@ -95,8 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if quiet:
         del os.environ["TORCH_CPP_LOG_LEVEL"]
 
-    args = torchrun.parse_args(list(sys.argv[1:] if argv is None else argv))
-    os.environ[LAUNCHER_VARIABLE] = SPELLING       # the ranks inherit it
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = torchrun.parse_args(words)
+    os.environ[LAUNCHER_VARIABLE] = SPELLING       # the ranks inherit them
+    os.environ[OPTIONS_VARIABLE] = launch_options(words, args)
     handlers = _torch_handlers()
     for handler in handlers:
         handler.addFilter(_Explained())

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -585,8 +586,10 @@ def test_an_interrupted_run_names_its_checkpoint_and_its_command(made, home, tmp
             raise KeyboardInterrupt
     monkeypatch.setattr(NPOMTrainerDDP, "test_epoch", interrupt)
 
-    def pompy_train(argv):
-        return run_parsed(cli.build_parser().parse_args(["train", *argv]))
+    def pompy_train(argv):              # as pompy.cli.main parses it (which then leaves)
+        parsed = cli.build_parser().parse_args(["train", *argv])
+        parsed.words = ["train", *argv]
+        return run_parsed(parsed)
     for command, run in (("python -m pompy.train", train.main), ("pompy train", pompy_train)):
         where = tmp_path / command.replace(" ", "_")
         argv = ["--config", str(train_config(made, where)), "--data", str(made[2]), "--output",
@@ -598,7 +601,7 @@ def test_an_interrupted_run_names_its_checkpoint_and_its_command(made, home, tmp
         saved = where / "out" / "checkpoint_epoch0.pt"
         *warned, last = capsys.readouterr().err.splitlines()
         assert last == (f"pompy: interrupted (SIGINT); {saved} holds epoch 0: continue with "
-                        f"{command} <the same options> --resume {saved}")
+                        f"{command} {shlex.join(argv)} --resume {saved}")
         assert all("the targets were made by the physics in the loop itself" in w
                    for w in warned) and len(warned) == 1
 

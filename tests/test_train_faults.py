@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -43,6 +44,10 @@ def the_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.strip() and ": warning: " not in line]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
+
+
+# launch()'s own options in the command a stopped run names (its port any)
+LAUNCH_OPTIONS = r"--nproc_per_node=2 --master_addr=127\.0\.0\.1 --master_port=\d+"
 
 
 def launch(*args: str, nodes: int = 1, procs: int = 2) -> list[str]:
@@ -108,8 +113,10 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_last(made, home, 
         assert re.fullmatch(
             rf"pompy: {out}/checkpoint_epoch1\.pt: no space left on the device \(\S+ MB free, "
             rf"writing the checkpoint of epoch 1 needs about \S+ MB\); {kept} holds epoch 0: "
-            rf"continue with python -m pompy\.train <the same options> --resume {kept}",
-            the_line(done.stderr)), done.stderr
+            rf"continue with python -m pompy\.train "
+            + re.escape(shlex.join(["--config", str(config), "--data", str(made[2]), "--output",
+                                    str(out), "--epochs", "3"]))
+            + rf" --resume {kept}", the_line(done.stderr)), done.stderr
         assert not list(out.glob("*.tmp")) and not (out / "checkpoint_epoch1.pt").exists()
         whole(kept, 0)
         assert (out / "checkpoint_last.pt").read_bytes() == kept.read_bytes()
@@ -151,7 +158,8 @@ def test_a_full_disk_at_a_log_row_stops_there_and_resumes_to_the_same_log(made, 
         found = re.fullmatch(
             rf"pompy: {out}/train_log\.csv: no space left on the device \(0 MB free\) \(writing "
             rf"the training log at epoch (\d), step \d\); (\S+) holds epoch (\d): continue with "
-            rf"python -m pompy\.train <the same options> --resume (\S+)", line)
+            r"python -m pompy\.train " + re.escape(shlex.join([*argv, "--output", str(out)]))
+            + r" --resume (\S+)", line)
         assert found, line
         epoch, kept, kept_epoch, resume = found.groups()
         assert kept == resume == str(out / f"checkpoint_epoch{int(epoch) - 1}.pt")
@@ -179,8 +187,10 @@ def test_a_full_disk_at_a_checkpoint_under_torchrun(made, home, tmp_path, checkp
             rf"pompy: rank 0 of 2 \({re.escape(socket.gethostname())}\): {out}/checkpoint_epoch1"
             rf"\.pt: no space left on the device \(\S+ MB free, writing the checkpoint of epoch 1 "
             rf"needs about \S+ MB\); {kept} holds epoch 0: continue with python -m pompy\.launch "
-            rf"<the same launch options> -m pompy train <the same options> --resume {kept}",
-            the_line(done.stderr)), done.stderr
+            + LAUNCH_OPTIONS + r" -m pompy train "
+            + re.escape(shlex.join(["--config", str(config), "--data", str(made[2]), "--output",
+                                    str(out), "--epochs", "3"]))
+            + rf" --resume {kept}", the_line(done.stderr)), done.stderr
         assert not list(out.glob("*.tmp"))
         whole(kept, 0)
         whole(out / "checkpoint_last.pt", 0)
@@ -217,8 +227,10 @@ def test_a_full_disk_at_a_log_row_under_torchrun_stops_every_rank(made, home, tm
             rf"pompy: rank 0 of 2 \(.+\): {out}/train_log\.csv: no space left on the device \(0 "
             rf"MB free\) \(writing the training log at epoch (\d), step \d\); epoch (\d)'s "
             rf"checkpoint was not written; (\S+) holds epoch (\d): continue with python -m "
-            rf"pompy\.launch <the same launch options> -m pompy\.train <the same options> "
-            rf"--resume (\S+)", the_line(done.stderr))
+            rf"pompy\.launch " + LAUNCH_OPTIONS + r" -m pompy\.train "
+            + re.escape(shlex.join(["--config", str(config), "--data", str(made[2]), "--output",
+                                    str(out), "--epochs", "6"]))
+            + r" --resume (\S+)", the_line(done.stderr))
         assert found, done.stderr
         epoch, unwritten, kept, kept_epoch, resume = found.groups()
         assert epoch == unwritten and int(kept_epoch) == int(epoch) - 1
@@ -322,8 +334,12 @@ def test_a_signal_to_the_launcher_stops_the_ranks_with_the_resume_command(made, 
         proc.kill()
     assert proc.returncode == 128 + signum, err
     found = re.fullmatch(rf"pompy: interrupted \({signum.name}\); (\S+) holds epoch (\d+): "
-                         rf"continue with python -m pompy\.launch <the same launch options> -m "
-                         rf"pompy train <the same options> --resume (\S+)", the_line(err))
+                         rf"continue with python -m pompy\.launch " + LAUNCH_OPTIONS
+                         + r" -m pompy train "
+                         + re.escape(shlex.join(["--config", str(config), "--data",
+                                                 str(made[2]), "--output", str(out), "--epochs",
+                                                 "1000"]))
+                         + r" --resume (\S+)", the_line(err))
     assert found and found[1] == found[3] == str(out / f"checkpoint_epoch{found[2]}.pt"), err
     whole(Path(found[1]), int(found[2]))
     assert not list(out.glob("*.tmp"))
@@ -346,8 +362,10 @@ def test_sigterm_stops_one_process_as_sigint_does(made, home, tmp_path):
         proc.kill()
     assert proc.returncode == 143, err
     found = re.fullmatch(r"pompy: interrupted \(SIGTERM\); (\S+) holds epoch (\d+): continue "
-                         r"with python -m pompy\.train <the same options> --resume (\S+)",
-                         the_line(err))
+                         r"with python -m pompy\.train "
+                         + re.escape(shlex.join(["--config", str(config), "--data", str(made[2]),
+                                                 "--output", str(out), "--epochs", "1000"]))
+                         + r" --resume (\S+)", the_line(err))
     assert found and found[1] == found[3], err
     whole(Path(found[1]), int(found[2]))
 

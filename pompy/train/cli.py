@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -21,7 +23,7 @@ import torch.distributed as dist
 from pompy import settings
 from pompy.distributed import ALIKE
 from pompy.errors import EnvironmentFault, InputError, ModelStop
-from pompy.launch import LAUNCHER_VARIABLE
+from pompy.launch import LAUNCHER_VARIABLE, OPTIONS_VARIABLE
 from pompy.oracle.build import OracleBuildError
 from pompy.settings import TrainSettings
 from pompy.signals import interruption, stopping
@@ -53,16 +55,21 @@ def main(argv: Sequence[str] | None = None, *, leave: bool = False) -> int:
     """``python -m pompy.train``. ``leave``: end the process with the status
     once the trainer is cleaned up, before Python tears its objects down
     (_leave)."""
-    return run_parsed(build_parser().parse_args(argv), leave=leave, module="pompy.train")
+    parsed = build_parser().parse_args(argv)
+    parsed.words = list(sys.argv[1:] if argv is None else argv)
+    return run_parsed(parsed, leave=leave, module="pompy.train")
 
 
 def run_parsed(parsed: argparse.Namespace, *, leave: bool = False,
                module: str = "pompy train") -> int:
     """The command for a parsed command line; ``module`` is what ``-m``
-    names to run it again, for the messages that say how to continue.
-    SIGINT and SIGTERM stop it alike (pompy.signals.stopping): the status
-    is 128 + the first signal's number whatever error reached here after
-    it (a collective a stopped peer left)."""
+    names to run it again and the command line's words (``parsed.words``,
+    where the parser's caller kept them) its options, for the messages that
+    say how to continue. SIGINT and SIGTERM stop it alike
+    (pompy.signals.stopping): the status is 128 + the first signal's number
+    whatever error reached here after it (a collective a stopped peer left)."""
+    words = getattr(parsed, "words", None)
+    again = Again(module, None if words is None else _without_resume(words))
     trainer = None
     with stopping() as stop:
         try:
@@ -74,7 +81,7 @@ def run_parsed(parsed: argparse.Namespace, *, leave: bool = False,
                     trainer.train()
             code = 0
         except BaseException as exc:
-            outcome = _outcome(exc, stop.signum, trainer, module)
+            outcome = _outcome(exc, stop.signum, trainer, again)
             if outcome is None:
                 raise
             code, line = outcome
@@ -91,13 +98,13 @@ def run_parsed(parsed: argparse.Namespace, *, leave: bool = False,
 
 
 def _outcome(exc: BaseException, signum: int | None, trainer: NPOMTrainerDDP | None,
-             module: str) -> tuple[int, str | None] | None:
+             again: Again) -> tuple[int, str | None] | None:
     """The status and the line (None: another rank says it) of a run that
     raised ``exc``; None for a bug (its traceback follows)."""
     if signum is None and interruption(exc) is not None:
         signum = signal.SIGINT
     if signum is not None:
-        return 128 + signum, interrupted_message(trainer, module, signum) if _speaks() else None
+        return 128 + signum, interrupted_message(trainer, again, signum) if _speaks() else None
     if isinstance(exc, InputError):
         code, line = 2, f"pompy: {exc}"
     elif isinstance(exc, ModelStop):
@@ -107,7 +114,7 @@ def _outcome(exc: BaseException, signum: int | None, trainer: NPOMTrainerDDP | N
         code, line = 4, (f"pompy: out of memory ({_first_words(exc)}): {OUT_OF_MEMORY}"
                          if out_of_memory(exc) else f"pompy: {str(exc).splitlines()[0]}")
         if trainer is not None:                    # it trained: what it keeps, how to go on
-            line += f"; {kept(trainer, module)}"
+            line += f"; {kept(trainer, again)}"
     else:
         return None
     return code, line if not getattr(exc, ALIKE, False) or _speaks() else None
@@ -138,28 +145,55 @@ def _speaks() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
-def resume_command(trainer: NPOMTrainerDDP, module: str, path) -> str:
+class Again(NamedTuple):
+    """How the command is typed again: ``module`` (what ``-m`` names) and
+    its options but --resume (None: not known, said as such)."""
+    module: str
+    options: list[str] | None
+
+
+def resume_command(trainer: NPOMTrainerDDP, again: Again, path) -> str:
     """The command that continues ``trainer``'s run from checkpoint
-    ``path``: this command's own spelling; under torchrun, the launcher's
-    (``python -m pompy.launch`` where it started the ranks)."""
+    ``path``: this command's own, its options as given; under torchrun,
+    the launcher's (``python -m pompy.launch`` and its options where it
+    started the ranks)."""
+    module = again.module
     if trainer.dist.many:
         launcher = os.environ.get(LAUNCHER_VARIABLE, "torchrun")
-        command = f"{launcher} <the same launch options> -m {module}"
+        launch = os.environ.get(OPTIONS_VARIABLE, "<the same launch options>")
+        command = f"{launcher} {launch} -m {module}"
     else:                   # as typed: `pompy train`, or `python -m pompy.train`
         command = module if module == "pompy train" else f"python -m {module}"
-    return f"{command} <the same options> --resume {path}"
+    options = "<the same options>" if again.options is None else shlex.join(again.options)
+    return f"{command} {options} --resume {shlex.quote(str(path))}"
 
 
-def kept(trainer: NPOMTrainerDDP, module: str) -> str:
+def _without_resume(argv: list[str]) -> list[str]:
+    """The training options of a command line: without the word ``train``
+    before them (`pompy train`, `-m pompy train`) and without --resume and
+    its checkpoint, if one follows it."""
+    words = argv[1:] if argv[:1] == ["train"] else list(argv)
+    kept, skip = [], False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+        elif word == "--resume":
+            skip = i + 1 < len(words) and not words[i + 1].startswith("-")
+        elif not word.startswith("--resume="):
+            kept.append(word)
+    return kept
+
+
+def kept(trainer: NPOMTrainerDDP, again: Again) -> str:
     """What a run that stopped keeps: its last checkpoint (written or
     resumed from) and how to continue from it."""
     if trainer.last_checkpoint is None:
         return "this run wrote no checkpoint; nothing to resume"
     path, epoch = trainer.last_checkpoint
-    return f"{path} holds epoch {epoch}: continue with {resume_command(trainer, module, path)}"
+    return f"{path} holds epoch {epoch}: continue with {resume_command(trainer, again, path)}"
 
 
-def interrupted_message(trainer: NPOMTrainerDDP | None, module: str,
+def interrupted_message(trainer: NPOMTrainerDDP | None, again: Again,
                         signum: int = signal.SIGINT) -> str:
     """What a signal leaves: the last checkpoint this run wrote or resumed
     from, and the command that continues from it (this command's own
@@ -169,7 +203,7 @@ def interrupted_message(trainer: NPOMTrainerDDP | None, module: str,
         return f"pompy: interrupted ({name}) before training began; no checkpoint was written"
     if trainer.last_checkpoint is None:
         return f"pompy: interrupted ({name}) before this run wrote a checkpoint; nothing to resume"
-    return f"pompy: interrupted ({name}); {kept(trainer, module)}"
+    return f"pompy: interrupted ({name}); {kept(trainer, again)}"
 
 
 def _leave(code: int) -> None:
