@@ -8,8 +8,9 @@ that would not fit in memory is refused before anything is allocated.
 
 Every core is driven through the same small interface (a "model"):
 ``iint`` (the last step taken), ``time0``, ``advance(last, on_step)``
-(steps iint+1..last, raising :class:`pompy.errors.ModelStop` with
-``last_good`` set), ``numpy_state()`` (the state as pom2k-ordered float64
+(steps iint+1..last, telling ``on_step(iint, vamax)`` of each step, or of
+each run of steps it takes at once: the oracle's chunks, by their last;
+raising :class:`pompy.errors.ModelStop` with ``last_good`` set), ``numpy_state()`` (the state as pom2k-ordered float64
 arrays) and ``load_state(arrays, iint, time0)``. The driver finds the
 cores in their registry (pompy.cores); no core imports the driver.
 """
@@ -265,24 +266,24 @@ class Progress:
                         **size) if tty else None
         self.plain = enabled and not tty
 
-    def update(self, iint: int, days: float, vamax: float) -> None:
-        """A model step done: its iint, model day and vamax."""
-        self.advance(f"step {iint}", f"day {days:.4f}, vamax {vamax:.3g}", iint=iint,
+    def update(self, iint: int, days: float, vamax: float, steps: int = 1) -> None:
+        """Model steps done (``steps``, the last iint): its model day and vamax."""
+        self.advance(f"step {iint}", f"day {days:.4f}, vamax {vamax:.3g}", steps, iint=iint,
                      days=f"{days:.4f}", vamax=f"{vamax:.3g}")
 
-    def advance(self, which: str, more: str = "", **postfix) -> None:
-        """One more of ``total`` done: ``which`` and ``more`` in a log's
-        line, ``postfix`` beside a terminal's bar."""
-        self.done += 1
+    def advance(self, which: str, more: str = "", count: int = 1, **postfix) -> None:
+        """``count`` more of ``total`` done, ``which`` the last: ``which`` and
+        ``more`` in a log's line, ``postfix`` beside a terminal's bar."""
+        self.done += count
         if self.bar is not None:
             self.bar.set_postfix(**postfix)
-            self.bar.update(1)
+            self.bar.update(count)
             return
         mark = self.MARKS * self.done // self.total        # integers: no mark skipped
-        if self.plain and mark > self.MARKS * (self.done - 1) // self.total:
+        if self.plain and mark > self.MARKS * (self.done - count) // self.total:
             elapsed = _time.perf_counter() - self.start
             left = elapsed / self.done * (self.total - self.done)
-            print(f"{self.desc}: {which} ({100 * mark // self.MARKS}%), "
+            print(f"{self.desc}: {which} ({100 * self.done // self.total}%), "
                   f"{more + ', ' if more else ''}elapsed {clock(elapsed)}, ETA {clock(left)}",
                   file=self.stream, flush=True)
 
@@ -477,8 +478,11 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
         bar = Progress(last - first + 1, f"{core} {config.title}", progress)
         start = _time.perf_counter()
 
+        told = [first - 1]
+
         def on_step(iint: int, vamax: float) -> None:
-            bar.update(iint, days(iint), vamax)
+            bar.update(iint, days(iint), vamax, steps=iint - told[0])
+            told[0] = iint
             writer.failed()                 # a record that failed stops the run now
             if caught:
                 raise Interrupted(caught[0])

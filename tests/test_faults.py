@@ -298,11 +298,29 @@ def test_progress_in_a_log_is_a_few_plain_lines(tmp_path):
     assert lines[0].startswith("explicit Run 1: step 5 (5%), day ")
 
 
+def test_the_oracles_lines_show_the_vamax_of_their_step(tmp_path, oracle):
+    """The Fortran runs its steps in chunks and keeps the last one's vamax
+    only: its log has a line at each chunk's end, with that step's vamax,
+    the explicit core's at the same step (within the printed 3 digits)."""
+    nml = tiny_config(tmp_path / "tiny.nml")
+    vamax = {}
+    for core in ("oracle", "explicit"):
+        run = pompy("run", nml, "--steps", 12, "--core", core, "--output", tmp_path / core,
+                    cwd=tmp_path)
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        vamax[core] = dict(re.findall(r"step (\d+) \(\d+%\), day \S+, vamax (\S+),", err))
+    assert len(vamax["explicit"]) == 12 and 0 < len(vamax["oracle"]) < 12, vamax
+    for step, value in vamax["oracle"].items():
+        assert value == vamax["explicit"][step], (step, vamax)
+
+
 @pytest.mark.parametrize("steps", [40, 30, 7])
 def test_a_log_gets_one_line_at_each_5_percent_with_elapsed_time_and_eta(tmp_path, steps):
     """Every 5 % mark once, at the first step at or past it (40 steps: 2,
-    4, ..., 40; fewer than 20 steps: one line a step, at its highest mark),
-    each with the time elapsed and the time left as h:mm:ss."""
+    4, ..., 40; fewer than 20 steps: one line a step), each with the share
+    of the steps done (as a terminal's bar shows it: step 1 of 7 is 14 %),
+    the time elapsed and the time left as h:mm:ss."""
     nml = tiny_config(tmp_path / "tiny.nml")
     run = pompy("run", nml, "--steps", steps, "--output", tmp_path / "o", cwd=tmp_path)
     _, err = run.communicate(timeout=300)
@@ -312,10 +330,8 @@ def test_a_log_gets_one_line_at_each_5_percent_with_elapsed_time_and_eta(tmp_pat
     found = [re.fullmatch(pattern, line) for line in err.splitlines()]
     assert all(found), err
     marks = [(int(m.group(1)), int(m.group(2))) for m in found]
-    want = {}
-    for n in range(1, 21):                       # mark 5n % reached at step ceil(n * steps / 20)
-        want[-(-n * steps // 20)] = 5 * n
-    assert marks == sorted(want.items()), err
+    lines = sorted({-(-n * steps // 20) for n in range(1, 21)})   # mark 5n %: step ceil(n steps / 20)
+    assert marks == [(step, 100 * step // steps) for step in lines], err
 
 
 def test_a_terminal_without_a_size_shows_the_bar(tmp_path):

@@ -153,11 +153,9 @@ class OracleModel:
                 raise
             if not _finite(self.state):
                 self._find_non_finite_step(kept, stop)
-            done, self.iint = self.iint, stop      # before on_step, which may stop the run here
-            if on_step is not None:
-                vamax = float(np.abs(self.state["vaf"]).max())
-                for iint in range(done + 1, stop + 1):
-                    on_step(iint, vamax)
+            self.iint = stop                        # before on_step, which may stop the run here
+            if on_step is not None:     # once a chunk: its steps' own vamax are not kept
+                on_step(stop, float(np.abs(self.state["vaf"]).max()))
 
     def _find_non_finite_step(self, good: dict, stop: int) -> None:
         """pom2k's check skips NaN, so the driver runs on through it: redo the
