@@ -248,15 +248,16 @@ def clock(seconds: float) -> str:
 
 class Progress:
     """Steps done, model day and vamax: a bar on a terminal, else (a log, a
-    pipe) one plain line at each 5 % of the steps, with the time elapsed and
-    the time left at the rate so far (logs get lines, not thousands of
-    carriage returns). A terminal that reports no size gets a bar as on
-    80 x 24."""
+    pipe) one plain line at each 5 % of the steps (``marks``: 20 a run),
+    with the time elapsed and the time left at the rate so far (logs get
+    lines, not thousands of carriage returns). A terminal that reports no
+    size gets a bar as on 80 x 24."""
 
     MARKS = 20                      # lines in a log: one every 100/MARKS %
 
-    def __init__(self, total: int, desc: str, enabled: bool, stream=None, unit: str = "step"):
-        self.stream = stream or sys.stderr
+    def __init__(self, total: int, desc: str, enabled: bool, stream=None, unit: str = "step",
+                 marks: int = MARKS):
+        self.stream, self.marks = stream or sys.stderr, marks
         self.total, self.desc, self.done = total, desc, 0
         self.start = _time.perf_counter()
         tty = enabled and self.stream.isatty()
@@ -279,8 +280,8 @@ class Progress:
             self.bar.set_postfix(**postfix)
             self.bar.update(count)
             return
-        mark = self.MARKS * self.done // self.total        # integers: no mark skipped
-        if self.plain and mark > self.MARKS * (self.done - count) // self.total:
+        mark = self.marks * self.done // self.total        # integers: no mark skipped
+        if self.plain and mark > self.marks * (self.done - count) // self.total:
             elapsed = _time.perf_counter() - self.start
             left = elapsed / self.done * (self.total - self.done)
             print(f"{self.desc}: {which} ({100 * self.done // self.total}%), "

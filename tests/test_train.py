@@ -414,6 +414,30 @@ def test_a_non_finite_gradient_skips_the_step(made, home, tmp_path, monkeypatch)
         trainer.cleanup()
 
 
+def test_a_log_gets_the_epochs_progress(made, home, tmp_path, capsys):
+    """--progress (the default; these tests' config turns it off) not on a
+    terminal (a log): a line at each tenth of an epoch's batches, the last
+    at 100 %, for training, test and baseline alike; --no-progress none."""
+    for more, lines in ((("--progress",), True), (("--no-progress",), False)):
+        trainer = NPOMTrainerDDP(options(made, tmp_path / str(lines), "--epochs", 1, *more))
+        try:
+            trainer.train()
+            train, test = len(trainer.data.train_loader), len(trainer.data.test_loader)
+        finally:
+            trainer.cleanup()
+        err = [line for line in capsys.readouterr().err.splitlines()
+               if line.startswith("pompy train: ") and ": batch " in line]
+        if not lines:
+            assert err == [], err
+            continue
+        assert (train, test) == (3, 2)
+        for desc, total in (("baseline", test), ("epoch 0 train", train), ("epoch 0 test", test)):
+            mine = [line for line in err if line.startswith(f"pompy train: {desc}: batch ")]
+            assert [line.split(" (")[0] for line in mine] == [
+                f"pompy train: {desc}: batch {n} of {total}" for n in range(1, total + 1)], err
+            assert "(100%), elapsed " in mine[-1] and ", ETA 0:00:00" in mine[-1], mine
+
+
 def test_csv_checkpoint_and_resume_equals_uninterrupted(made, home, tmp_path):
     """Two epochs straight, and one epoch then --resume from its checkpoint
     in a new process-like trainer: the same CSV, line for line."""

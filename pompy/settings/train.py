@@ -214,7 +214,8 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Log:
-    progress: bool = setting(True, "a progress bar per epoch on rank 0")
+    progress: bool = setting(True, "progress on rank 0: a bar per epoch on a terminal, in a "
+                             "log a line at each tenth of its batches")
 
 
 @dataclass(frozen=True)

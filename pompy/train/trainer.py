@@ -78,6 +78,7 @@ from tqdm import tqdm
 
 from pompy.config import Config, load_config
 from pompy.distributed import Distributed
+from pompy.driver import Progress
 from pompy.errors import EnvironmentFault, InputError, ModelStop
 from pompy.settings.train import TrainSettings
 from pompy.train.checkpoint import (certificate_id, load_resume, physics_record, rng_state,
@@ -223,9 +224,13 @@ class NPOMTrainerDDP:
 
     # -------------------------------------------------------------- epochs
     def _progress(self, loader, desc: str):
+        """The loader's batches, with a bar on a terminal and, in a log, a
+        line at each tenth of them (with the time left)."""
         if not (self.is_main and self.settings.log.progress):
             return loader
-        return tqdm(loader, desc=desc, leave=False, file=sys.stderr, disable=None)
+        if sys.stderr.isatty():
+            return tqdm(loader, desc=desc, leave=False, file=sys.stderr, disable=None)
+        return _logged(loader, f"pompy train: {desc}")
 
     def train_epoch(self, epoch: int) -> float:
         """Every training batch, logged; the average total loss."""
@@ -413,3 +418,10 @@ class NPOMTrainerDDP:
             self.data.close()
         self.dist.leave()
 
+
+def _logged(loader, desc: str):
+    """``loader``'s batches, a plain line at each tenth of them (pompy.driver.Progress)."""
+    bar = Progress(len(loader), desc, True, unit="batch", marks=10)
+    for n, batch in enumerate(loader, 1):
+        yield batch
+        bar.advance(f"batch {n} of {bar.total}")
