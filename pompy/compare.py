@@ -190,14 +190,17 @@ def report(diffs: Comparison | Iterable[Difference],
                      f"{d.max_abs:12.3e} {d.max_rel:12.3e}{'  > tolerance' if bad else ''}")
     bars = (f"relative tolerance {tolerance:g}" if tolerance is not None else
             f"relative tolerances ({PROGNOSTIC_BAR:g}; the diagnostic fields {DIAGNOSTIC_BAR:g})")
-    lines.append(f"{'all within' if ok else 'NOT within'} {bars}")
-    return "\n".join(lines), ok
+    missing = getattr(diffs, "fields_only_a", ())     # B lacks what A holds: not a match
+    lines.append(f"{'all within' if ok else 'NOT within'} {bars}"
+                 + (f"; but {diffs.b} lacks {', '.join(missing)}" if missing else ""))
+    return "\n".join(lines), ok and not missing
 
 
 def _summary(c: Comparison) -> list[str]:
     lines = []
     if c.key is not None:
-        lines.append(f"{len(c.common)} records matched by {c.key}: {_listing(c.common)}")
+        lines.append(f"{len(c.common)} record{'' if len(c.common) == 1 else 's'} matched by "
+                     f"{c.key}: {_listing(c.common)}")
         for path, only in ((c.a, c.only_a), (c.b, c.only_b)):
             if only:
                 lines.append(f"{len(only)} records only in {path}, not compared: "

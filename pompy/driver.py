@@ -256,8 +256,9 @@ class Progress:
     MARKS = 20                      # lines in a log: one every 100/MARKS %
 
     def __init__(self, total: int, desc: str, enabled: bool, stream=None, unit: str = "step",
-                 marks: int = MARKS):
+                 marks: int = MARKS, start: int = 0):
         self.stream, self.marks = stream or sys.stderr, marks
+        self.iint = start                   # the last step told of (update)
         self.total, self.desc, self.done = total, desc, 0
         self.start = _time.perf_counter()
         tty = enabled and self.stream.isatty()
@@ -267,8 +268,10 @@ class Progress:
                         **size) if tty else None
         self.plain = enabled and not tty
 
-    def update(self, iint: int, days: float, vamax: float, steps: int = 1) -> None:
-        """Model steps done (``steps``, the last iint): its model day and vamax."""
+    def update(self, iint: int, days: float, vamax: float) -> None:
+        """Model steps done up to ``iint`` (one, or a model's run of them: the
+        oracle's chunks) and that step's model day and vamax."""
+        steps, self.iint = iint - self.iint, iint
         self.advance(f"step {iint}", f"day {days:.4f}, vamax {vamax:.3g}", steps, iint=iint,
                      days=f"{days:.4f}", vamax=f"{vamax:.3g}")
 
@@ -349,7 +352,7 @@ def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps:
                                                                        restart_path.resolve()):
         raise InputError(f"the restart to continue from, {restart}, is a file this run would "
                          "write (it continues from its own step); give another --output")
-    made = not output_dir.exists()
+    made = not os.path.exists(output_dir)    # no error where a folder above may not be entered
     prepare_output(output_dir, (out_path, restart_path, incomplete_path(out_path)), overwrite)
     check_memory(config, name, dtype, force)
     records = record_steps(config, first, last)
@@ -476,14 +479,11 @@ def _time_loop(model, config: Config, core: str, first: int, last: int, records:
         # records compressed and written while the run goes on
         writer = OutputWriter(out_path, config, model.numpy_state(), attributes=attributes,
                               background=True, reserve=restart_bytes(config), series=getattr(model, "series", {}))
-        bar = Progress(last - first + 1, f"{core} {config.title}", progress)
+        bar = Progress(last - first + 1, f"{core} {config.title}", progress, start=first - 1)
         start = _time.perf_counter()
 
-        told = [first - 1]
-
         def on_step(iint: int, vamax: float) -> None:
-            bar.update(iint, days(iint), vamax, steps=iint - told[0])
-            told[0] = iint
+            bar.update(iint, days(iint), vamax)
             writer.failed()                 # a record that failed stops the run now
             if caught:
                 raise Interrupted(caught[0])

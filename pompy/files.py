@@ -105,6 +105,25 @@ def check_unlocked(path: Path) -> None:
         os.close(fd)
 
 
+def check_not_being_written(path: Path, what: str = "file") -> None:
+    """EnvironmentFault if another process holds ``path`` open for writing
+    through HDF5 (its exclusive lock, which a reader cannot share): a file
+    that cannot be read then is busy, not broken."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise EnvironmentFault(f"{what} {path}: locked by another process writing it; read it "
+                               "once that is done") from None
+    except OSError:
+        pass                     # a file system without flock: nothing to tell
+    finally:
+        os.close(fd)
+
+
 def check_writable_folder(folder: Path, what: str = "output folder") -> None:
     """EnvironmentFault unless ``folder`` can be made and written in."""
     try:

@@ -424,6 +424,7 @@ def open_netcdf(path: Path, what: str = "file") -> Iterator[netCDF4.Dataset]:
     try:
         ds = netCDF4.Dataset(path)
     except (OSError, RuntimeError, ValueError) as err:
+        files.check_not_being_written(path, what)      # busy, not broken: the machine's (exit 4)
         raise InputError(f"{what} {path} is not a readable NetCDF file ({_reason(err)})") from None
     try:
         ds.set_auto_mask(False)

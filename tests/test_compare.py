@@ -104,6 +104,26 @@ def test_the_default_bars_are_pompy_reports():
     assert not ok and text.splitlines()[-2].endswith("> tolerance")
 
 
+def test_a_variable_b_lacks_is_no_match(small, tmp_path, capsys):
+    """B without A's t: exit 1, the verdict saying what B lacks; B with
+    more variables than A compares on A's."""
+    import netCDF4
+    from pompy.cli import main
+    a = write(tmp_path / "a.nc", small, (6,))
+    b = tmp_path / "b.nc"
+    with netCDF4.Dataset(a) as src, netCDF4.Dataset(b, "w") as dst:
+        for name, dim in src.dimensions.items():
+            dst.createDimension(name, None if dim.isunlimited() else len(dim))
+        for name, v in src.variables.items():
+            if name != "t":
+                dst.createVariable(name, v.dtype, v.dimensions)[...] = v[...]
+    assert main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "1 record matched by iint: 6" in out[0] and f"variables only in {a}" in out[1]
+    assert out[-1].endswith(f"; but {b} lacks t"), out[-1]
+    assert main(["compare", str(b), str(a)]) == 0
+
+
 def test_records_are_matched_by_time_without_iint(small, tmp_path):
     a = write(tmp_path / "a.nc", small, (6, 12, 18))
     b = write(tmp_path / "b.nc", small, (12, 18, 24))

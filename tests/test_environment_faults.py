@@ -146,6 +146,31 @@ def test_an_output_held_by_another_process_is_not_replaced(tmp_path, capsys):
     assert records(held)[0][-1] == 3
 
 
+def test_a_restart_another_process_writes_is_busy_not_broken(tmp_path, capsys):
+    """--restart of a file a writer holds open (netCDF4 in append mode:
+    HDF5's exclusive lock): exit 4 naming it as locked, not exit 2 calling
+    it unreadable; once the writer is gone, the run continues from it."""
+    nml = str(tiny_config(tmp_path / "tiny.nml"))
+    assert cli.main(["run", nml, "--steps", "2", "--output", str(tmp_path / "a")]) == 0
+    held = tmp_path / "a" / "explicit_restart.nc"
+    writer = subprocess.Popen([sys.executable, "-c", "import netCDF4, sys; "
+                               f"ds = netCDF4.Dataset({str(held)!r}, 'a'); print('open', "
+                               "flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "open\n"
+        capsys.readouterr()
+        assert cli.main(["run", nml, "--restart", str(held), "--steps", "1", "--output",
+                         str(tmp_path / "b")]) == 4
+        assert one_line(capsys.readouterr().err) == (
+            f"pompy: restart file {held}: locked by another process writing it; read it once "
+            "that is done")
+    finally:
+        writer.communicate("", timeout=60)
+    assert cli.main(["run", nml, "--restart", str(held), "--steps", "1", "--output",
+                     str(tmp_path / "b")]) == 0
+
+
 def test_a_read_only_output_folder(tmp_path, capsys):
     """A folder on a file system remounted read-only: exit 4, the folder
     and why; the run before it is still there, byte for byte."""

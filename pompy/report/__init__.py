@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import shutil
 import sys
@@ -192,7 +193,7 @@ def make_report(config: Config, config_file: str, names: list[str], output: Path
                          f"{' or '.join(pom2k)}")
     check_supported(config)             # what the oracle cannot run, before any folder is made
     output = Path(output)
-    made = not output.exists()
+    made = not os.path.exists(output)
     prepare_folder(output, overwrite)
     steps = config.iend
     runs = plan(names)
