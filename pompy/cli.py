@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     the machine (one line: a full disk, a locked file, a folder not
     writable), 128+N a signal N (130 SIGINT, 143 SIGTERM); a traceback only
     for bugs."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:                         # the command's usage, not pompy's list of commands
+        parser.commands.choices[args.command].error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     args.words = list(sys.argv[1:] if argv is None else argv)    # as typed, for `pompy train`'s
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = Tolerant(sys.stdout), Tolerant(sys.stderr)
@@ -82,7 +86,8 @@ def _handled(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pompy", description="PyTorch port of the Princeton Ocean Model (pom2k).")
     parser.add_argument("--version", action="version", version=f"pompy {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.commands = parser.add_subparsers(dest="command", required=True,
+                                                       metavar="COMMAND")
 
     setup_cmd = commands.add_parser("setup", help="install gfortran if missing and build the Fortran oracle")
     setup_cmd.set_defaults(handler=setup)

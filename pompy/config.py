@@ -515,11 +515,21 @@ def _read_text(path: str | Path) -> str:
 
 
 def _parse_namelist(path: str | Path, text: str) -> f90nml.Namelist:
-    """The namelist in the text of the config file path."""
+    """The namelist in the text of the config file path; a group whose
+    name is a near miss of pompy's own (&trian) a ConfigError, as its
+    settings would be read as pom2k parameters."""
     try:
-        return _reads(text)
+        nml = _reads(text)
     except ValueError as err:
         raise _not_a_config(path, "invalid namelist syntax" + (f": {err}" if str(err) else "")) from err
+    own = (POLICY_GROUP, *SETTINGS_GROUPS)
+    for group in nml:
+        near = difflib.get_close_matches(group, own, n=1, cutoff=0.75)
+        if near and group not in own:
+            raise ConfigError(f"group &{group} in {path}: did you mean &{near[0]}? (pom2k's "
+                              "parameters may be in any group, so its names would be read as "
+                              "pom2k parameters)")
+    return nml
 
 
 def _reads(text: str) -> f90nml.Namelist:

@@ -237,3 +237,14 @@ def test_tolerant_streams_drop_what_a_closed_pipe_refuses():
         stream.flush()
     with pytest.raises(OSError):        # another error is not the reader leaving
         Tolerant(open(os.devnull)).write("read-only")
+
+
+def test_an_unknown_option_gets_its_commands_usage(capsys):
+    """A mistyped option of `pompy run`: exit 2 with run's usage and the
+    option named (not pompy's list of commands)."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["run", SEAMOUNT, "--stpes", "3"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: pompy run ") and err.endswith(
+        "pompy run: error: unrecognized arguments: --stpes 3\n"), err

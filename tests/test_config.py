@@ -483,3 +483,25 @@ def test_wind_factor_is_any_finite_real_and_reaches_the_parameters():
     assert load_config(CONFIGS / "seamount.nml", ["wind_factor=1.25"]).wind_factor == 1.25
     assert Config(wind_factor=-0.5).wind_factor == -0.5          # a reversed wind
     assert rejected(wind_factor=math.inf) == "wind_factor=inf is out of range: must be finite"
+
+
+@pytest.mark.parametrize("group, meant", [("trian", "train"), ("generat", "generate"),
+                                          ("gradient_policies", "gradient_policy")])
+def test_a_near_miss_of_pompys_own_groups_is_refused(tmp_path, capsys, group, meant):
+    """pom2k's parameters may sit in any group, so a misspelt &train would
+    hand its settings over as pom2k parameters: refused, naming the group
+    and what was meant, by run and by train's --print-config alike; another
+    group name (&domain) still holds pom2k parameters."""
+    from pompy.cli import main
+    from pompy.train.cli import main as train_main     # pompy.cli's `train` ends its process
+    path = tmp_path / "c.nml"
+    path.write_text(f"&pom2k\n im = 20 /\n&{group}\n batch_size = 2 /\n")
+    with pytest.raises(ConfigError, match=rf"group &{group} in .*c.nml: did you mean &{meant}\?"):
+        load_config(path)
+    assert main(["run", str(path), "--steps", "1", "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.startswith(f"pompy: group &{group} in ")
+    assert train_main(["--config", str(path), "--print-config"]) == 2
+    assert capsys.readouterr().err.startswith(f"pompy: group &{group} in ")
+    assert not (tmp_path / "o").exists()
+    path.write_text("&pom2k\n im = 20 /\n&domain\n jm = 30 /\n")
+    assert (load_config(path).im, load_config(path).jm) == (20, 30)
