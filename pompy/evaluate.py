@@ -93,7 +93,9 @@ def load_run(run: Path, checkpoint: Path | None, config: Path | None
     holds none or the config it names cannot be found."""
     if not run.is_dir():
         raise InputError(f"{run}: not a folder (a training run's --output)")
-    path = checkpoint if checkpoint is not None else latest_checkpoint(run)
+    path = checkpoint if checkpoint is not None else latest_checkpoint(
+        run, f"{run} holds no checkpoint (checkpoint_last.pt or checkpoint_epoch<E>.pt): not a "
+             "training run's --output folder; give the run's, or --checkpoint FILE")
     try:
         body = torch.load(path, map_location="cpu", weights_only=True)
         record = dict(body["options"])

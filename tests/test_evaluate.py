@@ -185,6 +185,8 @@ def test_a_ratio_above_one_is_said_plainly():
 
 @pytest.mark.parametrize("argv, message", [
     (["nowhere"], "nowhere: not a folder"),
+    (["{data}"], "holds no checkpoint (checkpoint_last.pt or checkpoint_epoch<E>.pt): not a "
+                 "training run's --output folder"),
     (["{run}", "--cycles", "4"], "no sample of horizon 4"),
     (["{run}", "--members", "9", "--cycles", "3"], "--members: 9 not in the data"),
     (["{run}", "--cycles", "0"], "--cycles 0: must be >= 1"),
@@ -193,7 +195,7 @@ def test_a_ratio_above_one_is_said_plainly():
 ])
 def test_bad_input_is_one_line(trained, capsys, argv, message):
     run, data = trained
-    argv = [a.format(run=run) for a in argv]
+    argv = [a.format(run=run, data=data) for a in argv]
     assert cli.main(["evaluate", *argv, "--data", str(data)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pompy: ") and err.count("\n") == 1 and message in err, err

@@ -44,15 +44,18 @@ def check_writable(folder: Path) -> None:
                                + (" (a read-only file system)" if read_only else ""))
 
 
-def latest_checkpoint(folder: Path) -> Path:
+def latest_checkpoint(folder: Path, none: str | None = None) -> Path:
     """The checkpoint ``--resume`` alone continues from: --output's
     checkpoint_last.pt, else its checkpoint_epoch<E>.pt of the largest E;
-    InputError if it holds none."""
+    InputError if it holds none (``none``: what it then says, else
+    --resume's message)."""
     last = folder / "checkpoint_last.pt"
     if last.is_file():
         return last
     epochs = [(int(p.stem[len("checkpoint_epoch"):]), p) for p in folder.glob("checkpoint_epoch*.pt")
               if p.stem[len("checkpoint_epoch"):].isdigit()] if folder.is_dir() else []
+    if not epochs and none is not None:
+        raise InputError(none)
     if not epochs:
         raise InputError(f"--resume: --output {folder} holds no checkpoint (checkpoint_last.pt "
                          "or checkpoint_epoch<E>.pt) to continue from; give --resume FILE, or "
