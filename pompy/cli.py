@@ -29,6 +29,8 @@ TCMALLOC_INSTALL = f"sudo apt-get install -y {TCMALLOC_PACKAGE}"
 
 
 EXIT_FAULT = 4          # the machine's fault (pompy.errors.EnvironmentFault)
+# the commands whose product is what they print (a full device loses it: exit 4)
+PRINTING = ("config", "compare")
 BUG_REPORT = ("pompy: this is a bug in pompy, not in your input; please report it with the "
               "command line and the traceback above")
 
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _handled(args)
         sys.stdout.flush()              # what a lost reader leaves in the buffer: dropped
-        if sys.stdout.lost == errno.ENOSPC and code == 0:   # the product itself lost
+        if sys.stdout.lost == errno.ENOSPC and code == 0 and args.command in PRINTING:
             print("pompy: standard output: no space left on the device; what the command "
                   "printed there is lost", file=sys.stderr)
             code = EXIT_FAULT

@@ -24,7 +24,7 @@ import numpy as np
 
 from pompy.errors import InputError
 from pompy.io import open_netcdf
-from pompy.variables import VARIABLES
+from pompy.variables import SERIES, VARIABLES
 
 # the default bars, relative to each field's max magnitude in A (why each:
 # pompy.report.checks, whose verdicts use them too)
@@ -190,7 +190,8 @@ def report(diffs: Comparison | Iterable[Difference],
                      f"{d.max_abs:12.3e} {d.max_rel:12.3e}{'  > tolerance' if bad else ''}")
     bars = (f"relative tolerance {tolerance:g}" if tolerance is not None else
             f"relative tolerances ({PROGNOSTIC_BAR:g}; the diagnostic fields {DIAGNOSTIC_BAR:g})")
-    missing = getattr(diffs, "fields_only_a", ())     # B lacks what A holds: not a match
+    missing = [n for n in getattr(diffs, "fields_only_a", ())   # B lacks a field A holds
+               if n not in SERIES]                              # (a core's own series aside)
     lines.append(f"{'all within' if ok else 'NOT within'} {bars}"
                  + (f"; but {diffs.b} lacks {', '.join(missing)}" if missing else ""))
     return "\n".join(lines), ok and not missing

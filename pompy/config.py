@@ -524,12 +524,22 @@ def _parse_namelist(path: str | Path, text: str) -> f90nml.Namelist:
         raise _not_a_config(path, "invalid namelist syntax" + (f": {err}" if str(err) else "")) from err
     own = (POLICY_GROUP, *SETTINGS_GROUPS)
     for group in nml:
-        near = difflib.get_close_matches(group, own, n=1, cutoff=0.75)
-        if near and group not in own:
+        near = [name for name in own if _one_edit_apart(group, name)]
+        if near:
             raise ConfigError(f"group &{group} in {path}: did you mean &{near[0]}? (pom2k's "
                               "parameters may be in any group, so its names would be read as "
                               "pom2k parameters)")
     return nml
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b`` with one letter left out, added, changed or two
+    neighbours swapped (&trian, &generat), not ``b`` itself."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return (a[i + 1:] == b[i:] or a[i:] == b[i + 1:] or a[i + 1:] == b[i + 1:]
+            or (a[i:i + 2] == b[i:i + 2][::-1] and a[i + 2:] == b[i + 2:]))
 
 
 def _reads(text: str) -> f90nml.Namelist:

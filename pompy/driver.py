@@ -352,9 +352,9 @@ def run_case(config: Config, output_dir: Path, core: str = cores.DEFAULT, steps:
                                                                        restart_path.resolve()):
         raise InputError(f"the restart to continue from, {restart}, is a file this run would "
                          "write (it continues from its own step); give another --output")
+    check_memory(config, name, dtype, force)
     made = not os.path.exists(output_dir)    # no error where a folder above may not be entered
     prepare_output(output_dir, (out_path, restart_path, incomplete_path(out_path)), overwrite)
-    check_memory(config, name, dtype, force)
     records = record_steps(config, first, last)
     size = estimate_output_bytes(config, len(records))
     if progress and size > 1e9:

@@ -110,7 +110,7 @@ def check_not_being_written(path: Path, what: str = "file") -> None:
     through HDF5 (its exclusive lock, which a reader cannot share): a file
     that cannot be read then is busy, not broken."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO does not wait
     except OSError:
         return
     try:

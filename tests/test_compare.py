@@ -124,6 +124,17 @@ def test_a_variable_b_lacks_is_no_match(small, tmp_path, capsys):
     assert main(["compare", str(b), str(a)]) == 0
 
 
+def test_a_cores_own_series_is_not_a_missing_field():
+    """The implicit core's cg_iterations, which other cores' outputs lack,
+    does not fail a comparison of the fields."""
+    from pathlib import Path
+
+    from pompy.compare import Comparison, Difference
+    c = Comparison(Path("a.nc"), Path("b.nc"), "iint", (6,), (), (), ("cg_iterations",), (),
+                   (Difference("t", 6, 0.0, 0.0),))
+    assert report(c)[1]
+
+
 def test_records_are_matched_by_time_without_iint(small, tmp_path):
     a = write(tmp_path / "a.nc", small, (6, 12, 18))
     b = write(tmp_path / "b.nc", small, (12, 18, 24))

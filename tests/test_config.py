@@ -486,12 +486,12 @@ def test_wind_factor_is_any_finite_real_and_reaches_the_parameters():
 
 
 @pytest.mark.parametrize("group, meant", [("trian", "train"), ("generat", "generate"),
-                                          ("gradient_policies", "gradient_policy")])
+                                          ("gradient_polcy", "gradient_policy")])
 def test_a_near_miss_of_pompys_own_groups_is_refused(tmp_path, capsys, group, meant):
     """pom2k's parameters may sit in any group, so a misspelt &train would
     hand its settings over as pom2k parameters: refused, naming the group
     and what was meant, by run and by train's --print-config alike; another
-    group name (&domain) still holds pom2k parameters."""
+    group name (&domain, &general, &terrain) still holds pom2k parameters."""
     from pompy.cli import main
     from pompy.train.cli import main as train_main     # pompy.cli's `train` ends its process
     path = tmp_path / "c.nml"
@@ -503,5 +503,6 @@ def test_a_near_miss_of_pompys_own_groups_is_refused(tmp_path, capsys, group, me
     assert train_main(["--config", str(path), "--print-config"]) == 2
     assert capsys.readouterr().err.startswith(f"pompy: group &{group} in ")
     assert not (tmp_path / "o").exists()
-    path.write_text("&pom2k\n im = 20 /\n&domain\n jm = 30 /\n")
-    assert (load_config(path).im, load_config(path).jm) == (20, 30)
+    for other in ("domain", "general", "terrain"):      # more than one edit from pompy's own
+        path.write_text(f"&pom2k\n im = 20 /\n&{other}\n jm = 30 /\n")
+        assert (load_config(path).im, load_config(path).jm) == (20, 30)

@@ -140,8 +140,6 @@ def generate(config: Config, settings: GenerateSettings, *,
               for case, _ in cases]
     if settings.files.resume:
         writer = DatasetWriter.reopen(p.path)
-        if ref.refine > 1:
-            writer.check_fine()
         print(f"{prefix}: resuming {writer.partial} ({writer.kept(p.members)})", file=log,
               flush=True)
     else:

@@ -148,10 +148,11 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
     state of each start snapshot too, which an interrupted generation
     keeps)."""
     done, fine = writer.resumable(local), view is not same
+    kept = writer.read_fine(local, done - 1, core.device, core.dtype) if done and fine else None
     if done and fine:
-        n, record = writer.read_fine(local, done - 1, core.device, core.dtype)
-        done = n + 1
-        core.restore({**start, **record})
+        done = kept[0] + 1 if kept else 0
+    if kept:
+        core.restore({**start, **kept[1]})
     elif done:
         core.restore({**start, **writer.read(local, done - 1, core.device, core.dtype)})
     else:

@@ -17,8 +17,8 @@ last start snapshot beside the file (:func:`fine_state_file`), which
 from __future__ import annotations
 
 import math
-import pickle
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -315,50 +315,57 @@ class DatasetWriter:
         member ``member``, written: taken (``take``: a core's
         :meth:`~pompy.core.model.Core.snapshot`) where n is a start
         snapshot, the one :meth:`close` keeps should the generation stop
-        before the member is complete. A signal between the write and this
-        leaves the start before held, from which :meth:`read_fine` goes on."""
-        if is_start(n, self.starts_every):
+        before the member is complete (dropped once it is). A signal
+        between the write and this leaves the start before held, from
+        which :meth:`read_fine` goes on."""
+        if n == len(self.iints) - 1:
+            self.fine.pop(member, None)
+        elif is_start(n, self.starts_every):
             self.fine[member] = (n, take())
 
-    def read_fine(self, member: int, last: int, device, dtype: torch.dtype) -> tuple[int, dict]:
+    def read_fine(self, member: int, last: int, device, dtype: torch.dtype
+                  ) -> tuple[int, dict] | None:
         """(n, the fine state) an interrupted generation kept of the file's
         member ``member``: of its start snapshot n, at most ``last`` (the
         last start written; the snapshots after n are written again, to the
-        same bits), to continue from; InputError naming the file where it
-        is missing or of no such snapshot."""
+        same bits), to continue from; None, said on stderr, where it is
+        missing or of no such snapshot (the member then starts again from
+        its set-up, to the same bits)."""
         path = fine_state_file(self.path, int(self.ds["member"][member]))
         try:
             record = torch.load(path, weights_only=True, mmap=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
-            why = "missing" if isinstance(err, FileNotFoundError) else "not a state pompy wrote"
-            raise InputError(f"--resume: {path} cannot be read ({why}): the fine state to go "
-                             "on from is lost; --overwrite starts over") from err
-        n = int(record.pop("snapshot", -1))
-        if not (0 <= n <= last and is_start(n, self.starts_every)
-                and int(record["iint"]) == self.iints[n] + self.offsets[member]):
-            raise InputError(f"--resume: {path} holds iint {int(record['iint'])}, of no start "
-                             f"snapshot up to the member's last ({last}); --overwrite starts over")
-        return n, {name: v.to(device=device, dtype=dtype) if torch.is_tensor(v) else v
-                   for name, v in record.items()}
+            n = int(record.pop("snapshot", -1))
+            if not (0 <= n <= last and is_start(n, self.starts_every)
+                    and int(record["iint"]) == self.iints[n] + self.offsets[member]):
+                raise ValueError(f"it holds iint {int(record['iint'])}, of no start snapshot "
+                                 f"up to the member's last ({last})")
+        except FileNotFoundError:
+            why = "missing"
+        except Exception as err:          # noqa: BLE001 - whatever the file holds instead
+            why = str(err) if isinstance(err, ValueError) else "not a state pompy wrote"
+        else:
+            return n, {name: v.to(device=device, dtype=dtype) if torch.is_tensor(v) else v
+                       for name, v in record.items()}
+        print(f"pompy generate: --resume: {path} ({why}): member "
+              f"{int(self.ds['member'][member])} starts again from its set-up",
+              file=sys.stderr, flush=True)
+        return None
 
-    def check_fine(self) -> None:
-        """That every unfinished member has the fine state to go on from
-        (:meth:`read_fine`), before anything runs."""
-        for member, done in enumerate(map(self.resumable, range(len(self.done)))):
-            if 0 < done < len(self.iints):
-                self.read_fine(member, done - 1, "cpu", torch.float64)
-
-    def _keep_fine(self) -> None:
+    def _keep_fine(self, members: list[int]) -> None:
         """Each unfinished member's fine state held (:meth:`hold_fine`) into
-        its file, written whole before it replaces an older one."""
+        its file, written whole before it replaces an older one; one that
+        cannot be written (a full disk, a second signal) is left out, and
+        its member starts again on --resume."""
         for member, (n, record) in self.fine.items():
-            if self.done[member] == len(self.iints):
-                continue
-            path = fine_state_file(self.path, int(self.ds["member"][member]))
+            path = fine_state_file(self.path, members[member])
             tmp = temporary_file(path)
-            torch.save({name: v.cpu() if torch.is_tensor(v) else v for name, v in record.items()}
-                       | {"snapshot": n}, tmp)
-            tmp.replace(path)
+            try:
+                torch.save({name: v.cpu() if torch.is_tensor(v) else v
+                            for name, v in record.items()} | {"snapshot": n}, tmp)
+                tmp.replace(path)
+            except BaseException:       # noqa: BLE001 - the partial file is safe already
+                tmp.unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
 
     def close(self, complete: bool, keep: bool = False) -> Path | None:
         """Close the file: complete, renamed to ``path`` (the fine states an
@@ -368,8 +375,6 @@ class DatasetWriter:
         if self.progress is not None:
             self.progress.close()
         members = [int(m) for m in self.ds["member"][:]]
-        if keep and any(self.done) and not complete:
-            self._keep_fine()
         self.ds.close()
         if complete:
             self.tmp.replace(self.path)
@@ -379,6 +384,7 @@ class DatasetWriter:
             return self.path
         if keep and any(self.done):
             self.tmp.replace(self.partial)
+            self._keep_fine(members)        # after: the partial file is safe whatever happens
             return self.partial
         self.tmp.unlink(missing_ok=True)
         return None

@@ -155,7 +155,7 @@ def render(report: dict, losses_png: bytes, evaluation_png: Path) -> str:
         stale = stale_evaluation(ev, report.get("latest_epoch"))
         if stale:
             parts.append(f"<p class='stale'>{escape(stale)}: pompy evaluate "
-                         f"{escape(report['run'])} --data DATA evaluates it</p>")
+                         f"{escape(report['run'])} --data DATA --overwrite evaluates it</p>")
         if evaluation_png.is_file():
             parts.append(html_img(evaluation_png.read_bytes(), "evaluation"))
         # an evaluation.json from before the headline measure has none

@@ -16,7 +16,8 @@ def check_output(folder: Path, overwrite: bool, resume: Path | None = None) -> N
     ``overwrite``."""
     if resume is not None and Path(resume).resolve().parent == Path(folder).resolve():
         return                          # the folder's own run, continued
-    earlier = sorted(p.name for p in [folder / "train_log.csv", *folder.glob("checkpoint_*.pt")]
+    logs = [] if resume is not None else [folder / "train_log.csv"]   # a fork's own log: not a run
+    earlier = sorted(p.name for p in [*logs, *folder.glob("checkpoint_*.pt")]
                      if p.exists()) if folder.is_dir() else []
     if earlier and not overwrite:
         held = f"--output {folder} holds an earlier run ({', '.join(earlier[:3])}" \

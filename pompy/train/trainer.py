@@ -354,7 +354,8 @@ class NPOMTrainerDDP:
                 "each the field's mean squared error (its own units) over the wet points of the "
                 f"target snapshots; checkpoints in {output} (checkpoint_last.pt: epoch {epoch}), logs "
                 f"{output / 'train_log.csv'} and {output / 'epoch_log.csv'}; evaluate with: "
-                f"pompy evaluate {output} --data {self.settings.data.data}")
+                f"pompy evaluate {output} --data {self.settings.data.data}"
+                + (" --overwrite" if (output / "evaluation.json").exists() else ""))
 
     # -------------------------------------------------------------- checkpoints
     def save_checkpoint(self, epoch: int) -> Path | None:
