@@ -3,7 +3,8 @@ device fills: `pompy run ... 2>&1 | head -2`, `pompy compare A B | head`,
 `pompy run ... > /dev/full`. A message that cannot be written is lost, not
 the command's work: it goes on without its messages, to its own exit code
 (a run to its restart, a comparison to its verdict); pompy.cli.main says
-so where a full device took what the command printed on stdout."""
+so, exit 4, where a full device took stdout from a command whose product
+it is (config, compare)."""
 from __future__ import annotations
 
 import errno
