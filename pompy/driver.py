@@ -193,7 +193,11 @@ def check_continuation(saved: Restart, path: Path, config: Config, core: str, dt
                for what, now in (("core", core), ("dtype", dtype))
                if what in written and written[what] != now]
     if "namelist" in written:
-        changed += state_differences(config, written["namelist"])
+        try:
+            changed += state_differences(config, written["namelist"])
+        except ValueError as err:       # ConfigError too: a value of the wrong type, say
+            raise InputError(f"restart {path}: its namelist attribute cannot be read ({err})") \
+                from None
     if not changed:
         return None
     if not force:

@@ -457,6 +457,8 @@ def read_restart(path: Path, config: Config | None = None) -> Restart:
         state = {name: _restart_array(ds, name, grid, where) for name in names("restart")}
         time0 = float(getattr(ds, "time0", 0.0))
         iint, time_days = int(ds.iint), float(ds.time_days)
+        if iint < 0:
+            raise InputError(f"{where}: iint = {iint}; a restart is of a step >= 0")
         written = {name: ds.getncattr(name) for name in RESTART_ATTRIBUTES
                    if name in ds.ncattrs()}
     _check_depth(state, where)

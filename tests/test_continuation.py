@@ -72,6 +72,22 @@ def test_a_restart_of_another_core_or_dtype_is_refused(nml, tmp_path, capsys):
     assert "dtype: float32 (restart) -> float64" in refusal(capsys)
 
 
+def test_a_restart_whose_namelist_is_broken_is_named(nml, tmp_path, capsys):
+    """A restart whose `namelist` attribute sets a parameter of the wrong
+    type: one line naming the restart, not only the parameter."""
+    import netCDF4
+    out = tmp_path / "o"
+    assert cli.main(["run", nml, "--steps", "2", "--output", str(out)]) == 0
+    restart = out / "explicit_restart.nc"
+    with netCDF4.Dataset(restart, "a") as ds:
+        ds.namelist = ds.namelist.replace("im = ", "im = 'abc' ! ", 1)
+    capsys.readouterr()
+    assert cli.main(["run", nml, "--restart", str(restart), "--output", str(tmp_path / "b")]) == 2
+    line = refusal(capsys)
+    assert line.startswith(f"pompy: restart {restart}: its namelist attribute cannot be read ("), line
+    assert "im" in line and line.count("\n") == 1, line
+
+
 def test_a_restart_with_other_state_parameters_is_refused_unless_forced(nml, tmp_path, capsys):
     """dte (and with it dti: model time would go backwards) and a physics
     constant are named; --force runs, says so, and writes it in the output's

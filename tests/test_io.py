@@ -312,6 +312,14 @@ def test_a_missing_attribute(restart):
     assert str(err.value) == f"restart file {restart} lacks attribute iint"
 
 
+def test_a_negative_step_is_refused(restart):
+    with netCDF4.Dataset(restart, "a") as ds:
+        ds.iint = -5
+    with pytest.raises(InputError) as err:
+        read_restart(restart)
+    assert str(err.value) == f"restart file {restart}: iint = -5; a restart is of a step >= 0"
+
+
 @pytest.mark.parametrize("damage", ["truncated", "empty", "text", "garbage", "scribbled"])
 def test_a_file_that_is_not_a_whole_netcdf_file(restart, damage):
     size = restart.stat().st_size
