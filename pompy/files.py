@@ -84,25 +84,37 @@ def check_room(path: Path, need: int, doing: str) -> None:
                                f"{doing} needs about {megabytes(need)})")
 
 
+def _locked(path: Path, lock: int) -> bool:
+    """Whether another process holds an HDF5 lock on ``path`` that ``lock``
+    (LOCK_EX: to replace it; LOCK_SH: to read it) cannot be taken beside;
+    False for a missing file or a file system without flock. OSError where
+    the file cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)      # a FIFO does not wait
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, lock | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def check_unlocked(path: Path) -> None:
     """EnvironmentFault if another process holds ``path`` open through HDF5
     (netCDF4, xarray, ncview take its lock): replacing it under them is
     refused rather than done behind their back."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
+        locked = _locked(path, fcntl.LOCK_EX)
     except OSError as err:
         raise fault(path, err, "opening it to replace it") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if locked:
         raise EnvironmentFault(f"{path}: locked by another process (a NetCDF/HDF5 reader has it "
-                               "open); close it there, or give another --output") from None
-    except OSError:
-        pass                     # a file system without flock: nothing to tell
-    finally:
-        os.close(fd)
+                               "open); close it there, or give another --output")
 
 
 def check_not_being_written(path: Path, what: str = "file") -> None:
@@ -110,18 +122,12 @@ def check_not_being_written(path: Path, what: str = "file") -> None:
     through HDF5 (its exclusive lock, which a reader cannot share): a file
     that cannot be read then is busy, not broken."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO does not wait
+        locked = _locked(path, fcntl.LOCK_SH)
     except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+        return                          # unreadable: the caller's message says so
+    if locked:
         raise EnvironmentFault(f"{what} {path}: locked by another process writing it; read it "
-                               "once that is done") from None
-    except OSError:
-        pass                     # a file system without flock: nothing to tell
-    finally:
-        os.close(fd)
+                               "once that is done")
 
 
 def check_writable_folder(folder: Path, what: str = "output folder") -> None:

@@ -118,6 +118,21 @@ def test_a_write_that_fails_in_hdf5_is_said_and_keeps_the_earlier_files(tmp_path
         assert not list(out.glob("*.tmp"))
 
 
+@contextlib.contextmanager
+def held_open(path: Path, mode: str = "r"):
+    """``path`` held open by netCDF4 in another process (``mode`` "r": a
+    reader's shared lock, "a": a writer's exclusive one) within the block."""
+    other = subprocess.Popen([sys.executable, "-c", "import netCDF4, sys; "
+                              f"ds = netCDF4.Dataset({str(path)!r}, {mode!r}); "
+                              "print('open', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline() == "open\n"
+        yield
+    finally:
+        other.communicate("", timeout=60)
+
+
 def test_an_output_held_by_another_process_is_not_replaced(tmp_path, capsys):
     """--overwrite of an output that a reader (netCDF4, as xarray) holds
     open: exit 4 naming the file, the file byte for byte (netCDF4 would
@@ -128,20 +143,13 @@ def test_an_output_held_by_another_process_is_not_replaced(tmp_path, capsys):
     assert cli.main(["run", nml, "--steps", "2", "--output", str(out)]) == 0
     before = snapshot(out)
     held = out / "explicit_output.nc"
-    reader = subprocess.Popen([sys.executable, "-c", "import netCDF4, sys; "
-                               f"ds = netCDF4.Dataset({str(held)!r}); print('open', flush=True); "
-                               "sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert reader.stdout.readline() == "open\n"
+    with held_open(held):
         capsys.readouterr()
         assert cli.main(["run", nml, "--steps", "3", "--output", str(out), "--overwrite"]) == 4
         line = one_line(capsys.readouterr().err)
         assert line == (f"pompy: {held}: locked by another process (a NetCDF/HDF5 reader has it "
                         "open); close it there, or give another --output")
         assert snapshot(out) == before
-    finally:
-        reader.communicate("", timeout=60)
     assert cli.main(["run", nml, "--steps", "3", "--output", str(out), "--overwrite"]) == 0
     assert records(held)[0][-1] == 3
 
@@ -153,20 +161,13 @@ def test_a_restart_another_process_writes_is_busy_not_broken(tmp_path, capsys):
     nml = str(tiny_config(tmp_path / "tiny.nml"))
     assert cli.main(["run", nml, "--steps", "2", "--output", str(tmp_path / "a")]) == 0
     held = tmp_path / "a" / "explicit_restart.nc"
-    writer = subprocess.Popen([sys.executable, "-c", "import netCDF4, sys; "
-                               f"ds = netCDF4.Dataset({str(held)!r}, 'a'); print('open', "
-                               "flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert writer.stdout.readline() == "open\n"
+    with held_open(held, "a"):
         capsys.readouterr()
         assert cli.main(["run", nml, "--restart", str(held), "--steps", "1", "--output",
                          str(tmp_path / "b")]) == 4
         assert one_line(capsys.readouterr().err) == (
             f"pompy: restart file {held}: locked by another process writing it; read it once "
             "that is done")
-    finally:
-        writer.communicate("", timeout=60)
     assert cli.main(["run", nml, "--restart", str(held), "--steps", "1", "--output",
                      str(tmp_path / "b")]) == 0
 

@@ -147,9 +147,9 @@ def run_member(core: Core, start: dict, writer: DatasetWriter, local: int, pertu
     writer then holds no state to go on from, so it is given the fine
     state of each start snapshot too, which an interrupted generation
     keeps)."""
-    done, fine = writer.resumable(local), view is not same
-    kept = writer.read_fine(local, done - 1, core.device, core.dtype) if done and fine else None
-    if done and fine:
+    done, fine, kept = writer.resumable(local), view is not same, None
+    if done and fine:                   # the fine state kept, else the member starts again
+        kept = writer.read_fine(local, done - 1, core.device, core.dtype)
         done = kept[0] + 1 if kept else 0
     if kept:
         core.restore({**start, **kept[1]})

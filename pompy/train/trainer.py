@@ -74,7 +74,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from pompy.config import Config, load_config
 from pompy.distributed import Distributed
@@ -224,13 +223,11 @@ class NPOMTrainerDDP:
 
     # -------------------------------------------------------------- epochs
     def _progress(self, loader, desc: str):
-        """The loader's batches, with a bar on a terminal and, in a log, a
-        line at each tenth of them (with the time left)."""
+        """The loader's batches, told to a pompy.driver.Progress: a bar on a
+        terminal, in a log a line at each tenth of them (with the time left)."""
         if not (self.is_main and self.settings.log.progress):
             return loader
-        if sys.stderr.isatty():
-            return tqdm(loader, desc=desc, leave=False, file=sys.stderr, disable=None)
-        return _logged(loader, f"pompy train: {desc}")
+        return _told(loader, f"pompy train: {desc}")
 
     def train_epoch(self, epoch: int) -> float:
         """Every training batch, logged; the average total loss."""
@@ -420,9 +417,12 @@ class NPOMTrainerDDP:
         self.dist.leave()
 
 
-def _logged(loader, desc: str):
-    """``loader``'s batches, a plain line at each tenth of them (pompy.driver.Progress)."""
+def _told(loader, desc: str):
+    """``loader``'s batches, each told to a Progress of ten marks."""
     bar = Progress(len(loader), desc, True, unit="batch", marks=10)
-    for n, batch in enumerate(loader, 1):
-        yield batch
-        bar.advance(f"batch {n} of {bar.total}")
+    try:
+        for n, batch in enumerate(loader, 1):
+            yield batch
+            bar.advance(f"batch {n} of {bar.total}")
+    finally:
+        bar.close()
